@@ -1,0 +1,104 @@
+"""mitmproxy, run in-process on a thread of its own.
+
+`forge-record run` needs the proxy beside the agent it launches, not as a second program:
+`InProcessProxy` starts a mitmproxy master with the recorder addon on 127.0.0.1 (port 0 picks
+a free one), returns once it listens, and shuts it down on `stop()`. The master's event loop
+lives on its own thread, so the main thread stays free to wait on the agent and its signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+from mitmproxy import addons as mitm_addons
+from mitmproxy import master, options
+
+from forge_record.errors import ForgeRecordError
+
+
+class _Ready:
+    """Signals the starting thread once mitmproxy's servers are up (or failed)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.addresses: list[tuple] = []
+
+    def running(self) -> None:
+        from mitmproxy import ctx
+
+        self.addresses = ctx.master.addons.get("proxyserver").listen_addrs()
+        self.event.set()
+
+
+class InProcessProxy:
+    def __init__(
+        self,
+        addon: object,
+        *,
+        mode: str,
+        confdir: Path,
+        settings: dict[str, str] | None = None,
+        verbose: bool = False,
+    ) -> None:
+        """`mode` is a mitmproxy mode spec ("regular" or "reverse:https://host"); `settings`
+        are extra mitmproxy options given as strings (from `--set`)."""
+        self.addon = addon
+        self.mode = mode
+        self.confdir = confdir
+        self.settings = settings or {}
+        self.verbose = verbose
+        self._ready = _Ready()
+        self._thread: threading.Thread | None = None
+        self._master: master.Master | None = None
+        self._startup_error: BaseException | None = None
+
+    def start(self, timeout: float = 15.0) -> int:
+        """Start the proxy; return the port it listens on."""
+        logging.getLogger("mitmproxy").setLevel(logging.INFO if self.verbose else logging.ERROR)
+        self._thread = threading.Thread(target=self._run, name="forge-record-proxy", daemon=True)
+        self._thread.start()
+        if not self._ready.event.wait(timeout):
+            raise ForgeRecordError(f"the proxy did not start within {timeout:.0f}s")
+        if self._startup_error is not None:
+            raise ForgeRecordError(f"cannot start the proxy: {self._startup_error}")
+        if not self._ready.addresses:
+            raise ForgeRecordError("the proxy could not listen on 127.0.0.1")
+        return self._ready.addresses[0][1]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._master is not None:
+            self._master.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as e:  # noqa: BLE001 - report to the starting thread
+            self._startup_error = e
+            self._ready.event.set()
+
+    async def _main(self) -> None:
+        opts = options.Options()
+        m = master.Master(opts, event_loop=asyncio.get_running_loop(), with_termlog=False)
+        m.addons.add(*mitm_addons.default_addons())
+        m.addons.add(self.addon, self._ready)
+        try:
+            opts.update(
+                listen_host="127.0.0.1",
+                listen_port=0,
+                mode=[self.mode],
+                confdir=str(self.confdir),
+                # Connect upstream only when a request needs it: offline hosts and
+                # redirected hosts must not be dialled when a client merely opens a tunnel.
+                connection_strategy="lazy",
+            )
+            opts.set(*(f"{k}={v}" for k, v in self.settings.items()))
+        except Exception as e:
+            raise ForgeRecordError(f"bad proxy option: {e}") from e
+        self._master = m
+        await m.run()
+

@@ -1,0 +1,128 @@
+"""The mitmproxy addon that records model calls.
+
+Per flow: `request` decides whether the call is one to record (a known dialect's path, on a
+model host) and, for hosts given an upstream, sends it there instead; `responseheaders` sets
+`flow.response.stream` to the capture's tee, so every response, streamed or not, passes
+through chunk by chunk, unchanged; `response` and `error` end the capture and hand the
+exchange to the sink (the store writer's queue). Traffic that is not recorded still streams
+through untouched. In regular (forward) mode only model hosts are TLS-intercepted; every other
+host is tunnelled as is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
+
+from mitmproxy import http, tls
+
+from forge_record.capture import Capture
+from forge_record.decoders import dialect_for
+from forge_record.records import Exchange
+
+log = logging.getLogger("forge_record")
+
+_META = "forge_record"
+
+
+class Recorder:
+    def __init__(
+        self,
+        sink: Callable[[Exchange], None],
+        *,
+        model_hosts: Iterable[str] = (),
+        upstreams: dict[str, str] | None = None,
+        record_any_host: bool = False,
+    ) -> None:
+        """`model_hosts`: hosts whose traffic is intercepted and may be recorded.
+        `upstreams`: host -> base URL to send that host's requests to instead.
+        `record_any_host`: record every host (reverse mode, where only model traffic comes)."""
+        self.sink = sink
+        self.upstreams = {h.lower(): u.rstrip("/") for h, u in (upstreams or {}).items()}
+        self.model_hosts = {h.lower() for h in model_hosts} | set(self.upstreams)
+        self.record_any_host = record_any_host
+        self._seq = itertools.count(1)
+        self.recorded = 0
+
+    # --- forward mode: intercept only model hosts ------------------------------------------
+
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        host = (data.client_hello.sni or "").lower()
+        if not self.record_any_host and host not in self.model_hosts:
+            data.ignore_connection = True
+
+    # --- recording ------------------------------------------------------------------------
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        logical_url = req.pretty_url
+        host = req.pretty_host.lower()
+        self._redirect(flow, host)
+        if not (self.record_any_host or host in self.model_hosts):
+            return
+        dialect = dialect_for(req.method, req.path)
+        if dialect is None:
+            return
+        flow.metadata[_META] = Capture(
+            dialect,
+            seq=next(self._seq),
+            method=req.method,
+            url=logical_url,
+            path=req.path,
+            headers=list(req.headers.items(multi=True)),
+            body=req.get_content(strict=False) or b"",
+        )
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        capture: Capture | None = flow.metadata.get(_META)
+        resp = flow.response
+        assert resp is not None
+        if capture is None:
+            resp.stream = True  # not ours: pass through without buffering
+            return
+        capture.response_started(
+            resp.status_code,
+            list(resp.headers.items(multi=True)),
+            resp.headers.get("content-type", ""),
+            resp.headers.get("content-encoding", ""),
+        )
+        resp.stream = capture.tee
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow, None)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow, flow.error.msg if flow.error else "error")
+
+    def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
+        capture: Capture | None = flow.metadata.get(_META)
+        if capture is None or capture.finished:
+            return
+        if capture.exchange.http_status is None and flow.response is not None:
+            # the response arrived whole (no responseheaders stream was set up)
+            capture.response_started(
+                flow.response.status_code,
+                list(flow.response.headers.items(multi=True)),
+                flow.response.headers.get("content-type", ""),
+                "",
+            )
+            capture.tee(flow.response.get_content(strict=False) or b"")
+        exchange = capture.finish(error)
+        self.recorded += 1
+        try:
+            self.sink(exchange)
+        except Exception:  # noqa: BLE001 - recording must never break the agent's call
+            log.exception("forge-record: could not queue exchange %s", exchange.url)
+
+    def _redirect(self, flow: http.HTTPFlow, host: str) -> None:
+        target = self.upstreams.get(host)
+        if target is None:
+            return
+        url = urlsplit(target)
+        req = flow.request
+        req.scheme = url.scheme
+        req.host = url.hostname or host
+        req.port = url.port or (443 if url.scheme == "https" else 80)
+        req.path = url.path + req.path

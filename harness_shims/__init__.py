@@ -1,0 +1,29 @@
+"""Harness shims: one module per agent CLI.
+
+`SHIMS` is the list, `shim_named(name)` and `detect(argv)` pick one.
+"""
+
+from __future__ import annotations
+
+import os
+
+from forge_record.harness_shims.base import CaFiles, Shim
+from forge_record.harness_shims.claude_code import ClaudeCode
+from forge_record.harness_shims.generic import Generic
+
+SHIMS: tuple[Shim, ...] = (ClaudeCode(), Generic())
+
+__all__ = ["SHIMS", "CaFiles", "Shim", "detect", "shim_named"]
+
+
+def shim_named(name: str) -> Shim | None:
+    return next((s for s in SHIMS if s.name == name), None)
+
+
+def detect(argv: list[str]) -> Shim:
+    """The shim for a command line, by the executable's name; the generic one otherwise."""
+    exe = os.path.basename(argv[0]) if argv else ""
+    for shim in SHIMS:
+        if exe in shim.executables:
+            return shim
+    return shim_named("generic")  # type: ignore[return-value]

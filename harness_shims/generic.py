@@ -1,0 +1,11 @@
+"""Any other agent CLI: forward mode with every common proxy and CA variable, recording the
+model hosts forge-record knows."""
+
+from __future__ import annotations
+
+from forge_record.harness_shims.base import Shim
+
+
+class Generic(Shim):
+    name = "generic"
+    model_hosts = ("api.anthropic.com",)

@@ -1,0 +1,3 @@
+from forge_record.cli import main
+
+main()
