@@ -57,12 +57,12 @@ class Recorder:
 
     def request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
-        logical_url = req.pretty_url
-        host = req.pretty_host.lower()
+        # What the agent asked for, before any redirect to an upstream.
+        logical_url, path, host = req.pretty_url, req.path, req.pretty_host.lower()
         self._redirect(flow, host)
         if not (self.record_any_host or host in self.model_hosts):
             return
-        dialect = dialect_for(req.method, req.path)
+        dialect = dialect_for(req.method, path)
         if dialect is None:
             return
         flow.metadata[_META] = Capture(
@@ -70,7 +70,7 @@ class Recorder:
             seq=next(self._seq),
             method=req.method,
             url=logical_url,
-            path=req.path,
+            path=path,
             headers=list(req.headers.items(multi=True)),
             body=req.get_content(strict=False) or b"",
         )

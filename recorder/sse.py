@@ -1,0 +1,106 @@
+"""Incremental Server-Sent Events framing, as the WHATWG spec defines it.
+
+`SSEDecoder.feed(chunk)` takes response body bytes split anywhere (inside a line, inside a
+`\\r\\n` pair, inside a multi-byte UTF-8 character) and returns the events completed so far;
+`flush()` ends the stream and returns what is left. Bytes are buffered until a line ends and
+each complete line is decoded on its own (UTF-8, bad bytes replaced), so a chunk boundary can
+never corrupt text. Lines end only at `\\n`, `\\r` or `\\r\\n`; other Unicode line breaks stay
+inside the line, as the spec requires.
+
+Field rules: `:` starts a comment; one space after the colon is dropped; `data` lines are
+joined with `\\n`; `event` names the next event (None when absent or empty); `id` and
+`retry` are stream state that persists across events (the spec's "last event ID" and
+"reconnection time"); a `retry` that is not all ASCII digits is ignored; unknown fields are
+ignored; a block with no `data` line dispatches nothing. At EOF the spec drops an event that
+no blank line ended, but a recorder keeps what arrived, so `flush()` dispatches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_CR = 0x0D
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSentEvent:
+    event: str | None = None
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEDecoder:
+    def __init__(self) -> None:
+        self._partial = bytearray()  # the start of a line whose end has not arrived yet
+        self._after_cr = False  # the last line ended in \r: a leading \n next is its pair
+        self._first_line = True
+        self._event: str | None = None
+        self._data: list[str] = []
+        self._id: str | None = None
+        self._retry: int | None = None
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        if not chunk:
+            return []
+        if self._after_cr:
+            self._after_cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        if end < 0:
+            self._partial += chunk  # amortized O(1): a long line may come a byte at a time
+            return []
+        self._partial += chunk[: end + 1]
+        lines = self._partial.splitlines()  # bytes split only at \r, \n and \r\n
+        self._partial = bytearray(chunk[end + 1 :])
+        self._after_cr = chunk[end] == _CR
+        return self._take(lines)
+
+    def flush(self) -> list[ServerSentEvent]:
+        """End of stream: the unterminated last line counts, and so does an unended event."""
+        lines = [self._partial] if self._partial else []
+        self._partial = bytearray()
+        self._after_cr = False
+        events = self._take(lines)
+        last = self._dispatch()
+        if last is not None:
+            events.append(last)
+        return events
+
+    def _take(self, lines: list[bytearray]) -> list[ServerSentEvent]:
+        events = []
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            if self._first_line:
+                self._first_line = False
+                line = line.removeprefix("\ufeff")  # the spec strips one leading BOM
+            if not line:
+                event = self._dispatch()
+                if event is not None:
+                    events.append(event)
+            elif line[0] != ":":
+                self._field(line)
+        return events
+
+    def _field(self, line: str) -> None:
+        name, _, value = line.partition(":")  # no colon: the whole line names the field
+        if value[:1] == " ":
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value or None
+        elif name == "id":
+            if "\0" not in value:
+                self._id = value
+        elif name == "retry":
+            if value.isascii() and value.isdigit():
+                self._retry = int(value)
+
+    def _dispatch(self) -> ServerSentEvent | None:
+        data, event = self._data, self._event
+        self._data, self._event = [], None
+        if not data:
+            return None
+        return ServerSentEvent(event=event, data="\n".join(data), id=self._id, retry=self._retry)
