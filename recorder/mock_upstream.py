@@ -46,8 +46,9 @@ def text_message(text: str) -> dict:
 def agent_script(request: dict) -> dict:
     """Ask for a Bash call when the prompt carries TOOL_MARKER; once the tool result comes
     back, answer with it. Any other request (titles, summaries) gets a short text."""
-    messages = request.get("messages") or []
-    last = messages[-1] if messages else {"content": ""}
+    # The newest user turn; Claude Code may append a system-role message after it.
+    users = [m for m in request.get("messages") or [] if m.get("role") == "user"]
+    last = users[-1] if users else {"content": ""}
     blocks = last["content"] if isinstance(last["content"], list) else []
     results = [b for b in blocks if b.get("type") == "tool_result"]
     if results:
@@ -137,7 +138,9 @@ class MockUpstream:
     def __post_init__(self) -> None:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:

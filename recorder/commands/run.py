@@ -158,13 +158,17 @@ def _print_summary(url: str, session_id: str, writer) -> None:
     lost = writer.dropped + writer.failed
     parts = [
         f"session {session_id}",
-        f"{s['calls']} model calls",
-        f"{s['tool_calls']} tool calls",
+        _count(s["calls"], "model call"),
+        _count(s["tool_calls"], "tool call"),
         f"{s['input_tokens'] or 0:,} in / {s['output_tokens'] or 0:,} out tokens",
     ]
     if lost:
         parts.append(f"{lost} exchanges NOT stored (see warnings)")
     click.echo("forge-record: " + " · ".join(parts), err=True)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _pick_shim(name: str | None, argv: list[str]) -> Shim:

@@ -1,0 +1,128 @@
+"""make_engine(url): a synchronous SQLAlchemy engine for a store URL, or a StoreError.
+
+Supported: sqlite:///PATH (sqlite:// alone is an in-memory store, for tests), and
+postgresql:// or postgresql+psycopg:// (both use psycopg 3). Anything else is refused here, with
+a one-line message that never shows a password.
+
+SQLite connections are set up for one writer thread plus readers in other processes:
+WAL (readers never block the writer), synchronous=NORMAL (a commit survives the recorder
+being killed; only an OS crash or power loss can drop the last few commits), foreign keys on,
+and a busy timeout. SQLAlchemy, not the sqlite3 module, emits BEGIN, so DDL is transactional
+and writers can ask for BEGIN IMMEDIATE (see `writing()`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.pool import StaticPool
+
+from forge_record.errors import StoreError
+
+BUSY_TIMEOUT_MS = 10_000
+_SQLITE_PRAGMAS = (
+    f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",  # first, so the WAL switch below can wait
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA foreign_keys = ON",
+)
+_BEGIN_OPTION = "forge_record_sqlite_begin"
+SUPPORTED = "sqlite:///PATH, postgresql://... or postgresql+psycopg://..."
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url`; StoreError if the URL is malformed, unsupported or unusable.
+
+    Nothing connects yet, except that a SQLite file's parent directory is created.
+    """
+    parsed = parse_url(url)
+    # Read the scheme ourselves: asking SQLAlchemy for the driver would import the dialect.
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "sqlite" and driver in ("", "pysqlite"):
+        return _sqlite_engine(parsed)
+    if backend == "postgresql" and driver in ("", "psycopg"):
+        # A bare postgresql:// would mean psycopg2 to SQLAlchemy; we use psycopg 3.
+        return _postgres_engine(parsed.set(drivername="postgresql+psycopg"))
+    raise StoreError(f"unsupported store URL {show_url(url)}: use {SUPPORTED}")
+
+
+def parse_url(url: str) -> URL:
+    try:
+        return make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as e:
+        raise StoreError(f"malformed store URL {show_url(url)}: use {SUPPORTED}") from e
+
+
+def show_url(url: str | URL) -> str:
+    """The URL as it may appear in messages and logs: password masked, quoted."""
+    if isinstance(url, URL):
+        return repr(url.render_as_string(hide_password=True))
+    try:
+        return show_url(make_url(url))
+    except (sa.exc.ArgumentError, ValueError):
+        return repr(re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", url))
+
+
+def writing(engine: Engine) -> Engine:
+    """The same engine (same pool), whose transactions take SQLite's write lock up front.
+
+    A deferred transaction that reads and then writes can fail at once with "database is
+    locked" when another process committed meanwhile; BEGIN IMMEDIATE waits (busy_timeout)
+    instead. No effect on Postgres.
+    """
+    return engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    database = url.database or ""
+    if database in ("", ":memory:"):
+        # One shared connection, usable from the writer thread: the only way an in-memory
+        # database is the same database for every caller.
+        engine = sa.create_engine(
+            url, poolclass=StaticPool, connect_args={"check_same_thread": False}
+        )
+    else:
+        _make_parent(url, Path(database).expanduser())
+        engine = sa.create_engine(url.set(database=str(Path(database).expanduser())))
+    sa.event.listen(engine, "connect", _sqlite_connect)
+    sa.event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _make_parent(url: URL, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"cannot open store {show_url(url)}: {e.strerror or e}") from e
+
+
+def _sqlite_connect(dbapi_conn, _record) -> None:
+    # Stop the sqlite3 module from issuing BEGIN/COMMIT on its own; _sqlite_begin does it.
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    try:
+        for pragma in _SQLITE_PRAGMAS:
+            cursor.execute(pragma)
+    finally:
+        cursor.close()
+
+
+def _sqlite_begin(conn) -> None:
+    mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _postgres_engine(url: URL) -> Engine:
+    try:
+        return sa.create_engine(
+            url,
+            pool_pre_ping=True,  # the recorder outlives server restarts
+            connect_args={"connect_timeout": 10},
+        )
+    except ImportError as e:
+        raise StoreError(
+            "Postgres stores need psycopg 3: pip install 'forge-record[postgres]'"
+        ) from e

@@ -1,0 +1,117 @@
+"""Schema migrations, driven by alembic from code.
+
+The migration scripts ship inside the package (script_location "forge_record.store:migrations"),
+so nothing depends on an alembic.ini at some cwd-relative path, and alembic's fileConfig is
+never called: the recorder's logging stays as the app set it up. store/alembic.ini exists only
+for developers who run the alembic CLI to write a new revision.
+
+Our version table is `forge_record_alembic_version`, not alembic's default, so a Postgres
+database that another alembic-managed app also uses is not mistaken for ours.
+
+An upgrade runs in one transaction that first takes a lock (BEGIN IMMEDIATE on SQLite, an
+advisory lock on Postgres): two recorders that start on a fresh store at the same moment
+migrate it once, one after the other, instead of racing on CREATE TABLE. Within a process a
+threading lock does the same, because alembic's state is global.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+
+from forge_record.errors import StoreError
+from forge_record.store import schema
+from forge_record.store.engine import show_url, writing
+
+SCRIPT_LOCATION = "forge_record.store:migrations"
+VERSION_TABLE = "forge_record_alembic_version"
+_PG_LOCK_KEY = 0x66726563  # "frec": any constant shared by every forge-record process
+# alembic keeps its `context` and `op` proxies in module globals: two upgrades must not run
+# in one process at once, even on different databases.
+_in_process = threading.Lock()
+
+
+def config() -> Config:
+    """An alembic Config built in memory (no ini file is read)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    return cfg
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(config())
+
+
+def head() -> str:
+    """The revision this code expects the database to be at."""
+    return _scripts().get_current_head()
+
+
+def heads() -> list[str]:
+    """Every head revision; more than one means two branches both added a migration."""
+    return list(_scripts().get_heads())
+
+
+def current(engine: sa.Engine) -> str | None:
+    """The database's revision, or None if it was never migrated."""
+    with engine.connect() as conn:
+        return _context(conn).get_current_revision()
+
+
+def upgrade(
+    engine: sa.Engine,
+    revision: str = "head",
+    check: Callable[[sa.Connection, str | None], None] | None = None,
+) -> None:
+    """Bring the database to `revision`, in one locked transaction (see module docstring).
+
+    If the database is not at head once the lock is held, `check(conn, current_revision)`
+    runs first and may raise to refuse. It runs under the lock so that it sees what a
+    concurrent upgrader committed, not the state before it.
+    """
+    with _in_process, locked(engine) as conn:
+        if check is not None and (now := _context(conn).get_current_revision()) != head():
+            check(conn, now)
+        cfg = config()
+        cfg.attributes["connection"] = conn  # env.py uses it rather than making an engine
+        try:
+            command.upgrade(cfg, revision)
+        except CommandError as e:  # e.g. the database is at a revision this code never had
+            raise StoreError(
+                f"cannot migrate store {show_url(engine.url)}: {' '.join(str(e).split())} "
+                "(was it written by a newer forge-record?)"
+            ) from e
+
+
+def drift(engine: sa.Engine) -> list[Any]:
+    """Differences between the database and schema.py, as alembic's autogenerate sees them.
+
+    Empty when the migrations build exactly the tables schema.py declares.
+    """
+    with engine.connect() as conn:
+        return compare_metadata(_context(conn), schema.metadata)
+
+
+@contextlib.contextmanager
+def locked(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection inside a transaction that holds the migration lock; commits on exit."""
+    with writing(engine).begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        yield conn
+
+
+def _context(conn: sa.Connection) -> MigrationContext:
+    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
