@@ -16,7 +16,7 @@ import orjson
 import pytest
 from conftest import require
 
-from forge_record.mock_upstream import TOOL_MARKER, MockUpstream
+from forge_record.mock import TOOL_MARKER, MockUpstream
 
 pytestmark = [pytest.mark.slow, pytest.mark.cli]
 
@@ -66,7 +66,7 @@ def test_claude_code_tool_call_is_recorded(claude_env, mode):
         )
         assert proc.returncode == 0, proc.stderr
         assert f"{TOOL_MARKER}-output-42" in proc.stdout  # the tool really ran
-        assert len(mock.model_requests()) >= 2
+        assert len([r for r in mock.requests if r.path.startswith("/v1/messages?")]) >= 2
     assert "model calls" in proc.stderr.splitlines()[-1]
 
     shown = forge(claude_env, "show", "last", "--json")

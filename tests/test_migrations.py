@@ -72,7 +72,9 @@ def test_upgrade_twice_is_a_no_op(engine):
 
 def open_in_processes(url: str, n: int = 4) -> list[int | None]:
     """Exit codes of n forked processes that open (and so migrate) the store at one moment."""
-    ctx = multiprocessing.get_context("fork")  # fork: no re-import, so this stays fast
+    # spawn, not fork: pytest runs proxy and writer threads, and a forked child of a
+    # multi-threaded process can deadlock on a lock some thread held.
+    ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(n)
     procs = [ctx.Process(target=_open_and_close, args=(url, barrier)) for _ in range(n)]
     for p in procs:

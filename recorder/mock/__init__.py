@@ -1,0 +1,166 @@
+"""A scripted model API on 127.0.0.1, for tests, benchmarks and offline self-checks.
+
+`MockUpstream` is a small threaded HTTP/1.1 server. Each dialect lives in its own module
+(`anthropic`, ...) and offers `ROUTES`: (method, path predicate, responder) triples; a
+responder turns a `Received` request into a `Reply`, whose body is bytes or an iterator of
+chunks sent as they come (chunked transfer encoding), so streams arrive in realistic pieces.
+Replies are deterministic (ids derive from the request), so a direct call and a proxied call
+can be compared byte for byte. Every request is kept in `requests` for assertions.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+
+TOOL_MARKER = "forge-record-e2e"
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes | Iterable[bytes] = b""
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def json(cls, data: Any, status: int = 200) -> Reply:
+        return cls(status=status, body=orjson.dumps(data))
+
+    @classmethod
+    def stream(cls, chunks: Iterable[bytes]) -> Reply:
+        return cls(body=chunks, content_type="text/event-stream; charset=utf-8")
+
+
+Responder = Callable[["MockUpstream", Received], Reply]
+Route = tuple[str, Callable[[str], bool], Responder]
+
+NOT_FOUND = Reply.json({"error": {"type": "not_found_error", "message": "no such path"}}, 404)
+
+
+def default_routes() -> list[Route]:
+    from forge_record.mock import anthropic
+
+    return [*anthropic.ROUTES]
+
+
+@dataclass
+class MockUpstream:
+    """`options` are read by the responders (e.g. "anthropic_script")."""
+
+    gzip_responses: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    routes: list[Route] = field(default_factory=default_routes)
+    requests: list[Received] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> MockUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reply_to(self, request: Received) -> Reply:
+        path = request.path.split("?")[0]
+        for method, matches, respond in self.routes:
+            if method == request.method and matches(path):
+                return respond(self, request)
+        return NOT_FOUND
+
+
+def _handler_for(mock: MockUpstream) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # keep test output clean
+            pass
+
+        def do_HEAD(self) -> None:
+            self._receive()
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            self._send(mock.reply_to(self._receive()))
+
+        do_POST = do_GET
+
+        def _receive(self) -> Received:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            received = Received(self.command, self.path, headers, body)
+            mock.requests.append(received)
+            return received
+
+        def _send(self, reply: Reply) -> None:
+            self.send_response(reply.status)
+            self.send_header("content-type", reply.content_type)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            if isinstance(reply.body, bytes):
+                self._send_whole(reply.body)
+            else:
+                self._send_chunked(reply.body)
+
+        def _send_whole(self, body: bytes) -> None:
+            if mock.gzip_responses:
+                body = gzip.compress(body, mtime=0)
+                self.send_header("content-encoding", "gzip")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _send_chunked(self, chunks: Iterable[bytes]) -> None:
+            self.send_header("cache-control", "no-cache")
+            self.send_header("transfer-encoding", "chunked")
+            if mock.gzip_responses:
+                self.send_header("content-encoding", "gzip")
+                chunks = _gzip_stream(chunks)
+            self.end_headers()
+            for chunk in chunks:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def _gzip_stream(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """gzip that flushes after every chunk, as a compressing server streams SSE."""
+    z = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    for chunk in chunks:
+        if out := z.compress(chunk) + z.flush(zlib.Z_SYNC_FLUSH):
+            yield out
+    yield z.flush()
