@@ -11,6 +11,7 @@ can be compared byte for byte. Every request is kept in `requests` for assertion
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -19,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
+
+from forge_record.encodings import decode_body
 
 TOOL_MARKER = "forge-record-e2e"
 
@@ -31,7 +34,9 @@ class Received:
     body: bytes
 
     def json(self) -> Any:
-        return orjson.loads(self.body)
+        """The body as JSON, its Content-Encoding (gzip, zstd, ...) undone."""
+        body = decode_body(self.headers.get("content-encoding"), self.body)
+        return orjson.loads(body if body is not None else self.body)
 
 
 @dataclass
@@ -48,6 +53,10 @@ class Reply:
     @classmethod
     def stream(cls, chunks: Iterable[bytes]) -> Reply:
         return cls(body=chunks, content_type="text/event-stream; charset=utf-8")
+
+
+class CutStream(Exception):
+    """Raised by a reply's chunk iterator to make the mock drop the connection mid-stream."""
 
 
 Responder = Callable[["MockUpstream", Received], Reply]
@@ -148,9 +157,17 @@ def _handler_for(mock: MockUpstream) -> type[BaseHTTPRequestHandler]:
                 self.send_header("content-encoding", "gzip")
                 chunks = _gzip_stream(chunks)
             self.end_headers()
-            for chunk in chunks:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                self.wfile.flush()
+            try:
+                for chunk in chunks:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            except CutStream:  # an upstream reset: no terminating chunk, socket closed
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            except (BrokenPipeError, ConnectionResetError):  # the client went away
+                self.close_connection = True
+                return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 

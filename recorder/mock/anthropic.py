@@ -10,11 +10,12 @@ them: text in short deltas, tool input JSON in fragments split inside keys, firs
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterator
 
 import orjson
 
-from forge_record.mock import TOOL_MARKER, MockUpstream, Received, Reply
+from forge_record.mock import TOOL_MARKER, CutStream, MockUpstream, Received, Reply
 
 Script = Callable[[dict], dict]
 
@@ -118,8 +119,20 @@ def _messages(mock: MockUpstream, received: Received) -> Reply:
     script: Script = mock.options.get("anthropic_script", agent_script)
     message = full_message(request, script(request), received.body)
     if request.get("stream"):
-        return Reply.stream(sse_events(message))
+        return Reply.stream(_paced(sse_events(message), mock.options))
     return Reply.json(message)
+
+
+def _paced(events: Iterator[bytes], options: dict) -> Iterator[bytes]:
+    """Options for fault tests: "event_delay" seconds between events; "cut_after" N events,
+    then the connection drops as in an upstream reset."""
+    delay, cut_after = options.get("event_delay", 0), options.get("cut_after")
+    for n, event in enumerate(events):
+        if cut_after is not None and n == cut_after:
+            raise CutStream
+        if delay:
+            time.sleep(delay)
+        yield event
 
 
 def _count_tokens(mock: MockUpstream, received: Received) -> Reply:
