@@ -33,6 +33,17 @@ class _Ready:
         self.event.set()
 
 
+class _DropCancelledCallbacks(logging.Filter):
+    """asyncio on Python 3.12 logs a CancelledError traceback for every client connection
+    still open when mitmproxy shuts down ("Exception in callback ...connection_made").
+    Those are the agent's idle keep-alive sockets, nothing went wrong: keep them off the
+    user's terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else record.__dict__.get("exception")
+        return not isinstance(exc, asyncio.CancelledError)
+
+
 class InProcessProxy:
     def __init__(
         self,
@@ -58,6 +69,10 @@ class InProcessProxy:
     def start(self, timeout: float = 15.0) -> int:
         """Start the proxy; return the port it listens on."""
         logging.getLogger("mitmproxy").setLevel(logging.INFO if self.verbose else logging.ERROR)
+        for name in ("asyncio", "mitmproxy.master"):
+            logger = logging.getLogger(name)  # filters apply per logger, not to children
+            if not any(isinstance(f, _DropCancelledCallbacks) for f in logger.filters):
+                logger.addFilter(_DropCancelledCallbacks())
         self._thread = threading.Thread(target=self._run, name="forge-record-proxy", daemon=True)
         self._thread.start()
         if not self._ready.event.wait(timeout):

@@ -1,0 +1,42 @@
+"""The in-process proxy itself: start, stop, options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from forge_record.addons.proxy import InProcessProxy
+from forge_record.errors import ForgeRecordError
+from forge_record.trust import confdir
+
+LINGERING_CLIENT = """
+import socket, sys, time
+from pathlib import Path
+from forge_record.addons.proxy import InProcessProxy
+from forge_record.trust import confdir
+proxy = InProcessProxy(object(), mode="regular", confdir=confdir(Path(sys.argv[1])))
+port = proxy.start()
+clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+clients[0].sendall(b"GET http://127.0.0.1:9/ HTTP/1.1\\r\\nHost: 127.0.0.1:9\\r\\n")  # half a request
+time.sleep(0.3)
+proxy.stop()
+print("stopped")
+"""
+
+
+def test_stopping_with_open_client_connections_prints_nothing(tmp_path):
+    """An agent's idle keep-alive sockets at exit must not put tracebacks on its terminal."""
+    proc = subprocess.run([sys.executable, "-c", LINGERING_CLIENT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "stopped"
+    assert proc.stderr == ""
+
+
+def test_bad_mitmproxy_option_is_a_clear_error(tmp_path):
+    proxy = InProcessProxy(object(), mode="regular", confdir=confdir(tmp_path),
+                           settings={"no_such_option": "1"})
+    with pytest.raises(ForgeRecordError, match="no_such_option"):
+        proxy.start()
+    proxy.stop()
