@@ -6,10 +6,12 @@ and looks only at the method and the path (query included).
 
 from __future__ import annotations
 
-from forge_record.decoders import anthropic_messages
+from forge_record.decoders import anthropic_messages, openai_responses
 from forge_record.decoders.base import Dialect, ResponseDecoder
 
-DIALECTS: tuple[Dialect, ...] = (anthropic_messages.DIALECT,)
+# Matching is by path suffix, so order matters only if two suffixes could overlap; these
+# (…/messages, …/responses, …/responses/compact) do not.
+DIALECTS: tuple[Dialect, ...] = (anthropic_messages.DIALECT, openai_responses.DIALECT)
 
 __all__ = ["DIALECTS", "Dialect", "ResponseDecoder", "dialect_for", "dialect_named"]
 
