@@ -97,3 +97,91 @@ def test_claude_code_tool_call_is_recorded(claude_env, mode):
     db = Path(claude_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
         assert DUMMY_KEY.encode() not in path.read_bytes()
+
+
+def test_interactive_claude_code_owns_the_terminal(claude_env, tmp_path):
+    """The TUI under a pseudo-terminal: a prompt typed there leads to a Bash call and an
+    answer, Ctrl-C twice quits Claude Code, and forge-record exits 0 with the session stored."""
+    import pty
+    import time
+
+    home = Path(claude_env["HOME"])
+    work = tmp_path / "work"
+    work.mkdir()
+    # What the first-run dialogs would otherwise ask: onboarding, folder trust, the API key.
+    (home / ".claude.json").write_bytes(orjson.dumps({
+        "hasCompletedOnboarding": True,
+        "projects": {str(work): {"hasTrustDialogAccepted": True}},
+        "customApiKeyResponses": {"approved": [DUMMY_KEY[-20:]], "rejected": []},
+    }))
+    (home / ".claude").mkdir()
+    (home / ".claude/settings.json").write_bytes(orjson.dumps({"permissions": {"allow": ["Bash"]}}))
+    with MockUpstream() as mock:
+        argv = [FORGE, "run", "--upstream", f"api.anthropic.com={mock.url}", "--", "claude"]
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.chdir(work)
+            os.execve(FORGE, argv, claude_env | {"TERM": "xterm-256color"})
+        screen = Screen(fd)
+        try:
+            screen.wait_for(b"\xe2\x9d\xaf")  # the "❯" prompt
+            time.sleep(1)
+            os.write(fd, f"Run the {TOOL_MARKER} command".encode())
+            time.sleep(0.5)
+            os.write(fd, b"\r")
+            deadline = time.monotonic() + 60
+            while not any(b'"tool_result"' in r.body for r in mock.requests):
+                assert time.monotonic() < deadline, screen.text[-2000:]
+                screen.read(0.2)
+            screen.wait_for(b"printed")
+            os.write(fd, b"\x03")
+            time.sleep(0.5)
+            os.write(fd, b"\x03")
+            status = screen.wait_exit(pid)
+        finally:
+            screen.close()
+    assert os.waitstatus_to_exitcode(status) == 0, screen.text[-2000:]
+    session = orjson.loads(forge(claude_env, "show", "last", "--json").stdout)
+    calls = [b for e in session["exchanges"] if e["response"]
+             for b in e["response"]["content"] if b["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["Bash"]
+
+
+class Screen:
+    """What the terminal has shown so far."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.text = b""
+
+    def read(self, timeout: float) -> None:
+        import select
+
+        if select.select([self.fd], [], [], timeout)[0]:
+            try:
+                self.text += os.read(self.fd, 65536)
+            except OSError:  # the child side closed
+                pass
+
+    def wait_for(self, needle: bytes, timeout: float = 60) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while needle not in self.text:
+            assert time.monotonic() < deadline, f"{needle!r} never shown: {self.text[-2000:]!r}"
+            self.read(0.2)
+
+    def wait_exit(self, pid: int, timeout: float = 60) -> int:
+        """Wait for the child, reading the terminal meanwhile so it never blocks writing."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                raise AssertionError(f"no exit after Ctrl-C: {self.text[-2000:]!r}")
+            self.read(0.1)
+        return status[1]
+
+    def close(self) -> None:
+        os.close(self.fd)
