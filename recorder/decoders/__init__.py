@@ -6,12 +6,16 @@ and looks only at the method and the path (query included).
 
 from __future__ import annotations
 
-from forge_record.decoders import anthropic_messages, openai_responses
+from forge_record.decoders import anthropic_messages, gemini, openai_responses
 from forge_record.decoders.base import Dialect, ResponseDecoder
 
 # Matching is by path suffix, so order matters only if two suffixes could overlap; these
 # (…/messages, …/responses, …/responses/compact) do not.
-DIALECTS: tuple[Dialect, ...] = (anthropic_messages.DIALECT, openai_responses.DIALECT)
+DIALECTS: tuple[Dialect, ...] = (
+    anthropic_messages.DIALECT,
+    openai_responses.DIALECT,
+    *gemini.DIALECTS,  # …/models/{model}:{method} and …/v1internal:{method}
+)
 
 __all__ = ["DIALECTS", "Dialect", "ResponseDecoder", "dialect_for", "dialect_named"]
 

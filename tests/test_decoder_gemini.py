@@ -1,0 +1,404 @@
+"""The Gemini dialects: requests, the stream fold under every chunking, and the official SDK.
+
+Streams come from tests/data/sse/gemini/. Each is decoded whole, byte by byte and under random
+splits, and must fold to the same Response. Against google-genai: the SDK parses the same bytes
+(through an in-process transport) into one typed chunk per event; those chunks, serialized back
+to wire JSON and given to our JSON-array decoder, must fold to the Response our SSE decoder
+made of the raw bytes. So the SDK, not our code, decides where each event starts and ends, how
+a raw error JSON is framed and what each field means; the comparison then holds content,
+signatures, tool calls, finish reason, usage, ids and errors equal, chunk for chunk.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import random
+from pathlib import Path
+
+import httpx2
+import orjson
+import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
+
+from forge_record.decoders import dialect_for, dialect_named
+from forge_record.decoders.gemini import CODE_ASSIST, GENERATE
+from forge_record.errors import DecodeError
+from forge_record.records import (
+    Media,
+    Message,
+    Other,
+    Reasoning,
+    Request,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+    response_from_dict,
+    response_to_dict,
+)
+
+DATA = Path(__file__).parent / "data" / "sse" / "gemini"
+CASES = {p.stem: p.read_bytes() for p in sorted(DATA.glob("*.sse"))}
+PLAIN = [n for n in CASES if n != "code_assist"]  # the SDK speaks the Gemini API only
+SIG = "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2"
+
+
+def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
+    bounds = [0, *sorted(set(cuts)), len(body)]
+    return [body[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def chunkings(body: bytes):
+    yield "byte-by-byte", [body[i:i + 1] for i in range(len(body))]
+    rng = random.Random(len(body))
+    for n in range(20):
+        yield f"random-{n}", chunked(body, rng.sample(range(1, len(body)), rng.randint(1, 40)))
+
+
+def decode(chunks: list[bytes], dialect=GENERATE, content_type="text/event-stream"):
+    decoder = dialect.response_decoder(content_type)
+    for chunk in chunks:
+        decoder.feed(chunk)
+    return decoder.finish(), decoder.complete
+
+
+def stream(name: str, dialect=None):
+    return decode([CASES[name]], dialect or (CODE_ASSIST if name == "code_assist" else GENERATE))
+
+
+# --- the fold does not depend on chunking or line endings ------------------------------------
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_chunking_gives_the_same_response(name):
+    dialect = CODE_ASSIST if name == "code_assist" else GENERATE
+    whole = decode([CASES[name]], dialect)
+    for label, chunks in chunkings(CASES[name]):
+        assert decode(chunks, dialect) == whole, label
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_line_endings_do_not_matter(name):
+    dialect = CODE_ASSIST if name == "code_assist" else GENERATE
+    lf = CASES[name].replace(b"\r\n", b"\n")
+    assert decode([lf], dialect) == decode([CASES[name]], dialect)
+    assert decode([lf.replace(b"\n", b"\r\n")], dialect) == decode([CASES[name]], dialect)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_response_survives_the_record_round_trip(name):
+    response, _ = stream(name)
+    assert response_from_dict(orjson.loads(orjson.dumps(response_to_dict(response)))) == response
+
+
+# --- the official SDK reads the same bytes the same way --------------------------------------
+
+
+def sdk_chunks(body: bytes) -> tuple[list[dict], dict | None, list[str]]:
+    """What google-genai makes of a stream: its chunks as wire JSON, the API error it raised,
+    and the event it could not parse (a stream cut inside one)."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    http = httpx2.Client(transport=httpx2.MockTransport(handler))
+    client = genai.Client(api_key="dummy-gemini-key",
+                         http_options=genai_types.HttpOptions(httpx_client=http))
+    chunks, error, undecodable = [], None, []
+    try:
+        for chunk in client.models.generate_content_stream(model="gemini-2.5-flash",
+                                                            contents="hi"):
+            wire = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
+            wire.pop("sdkHttpResponse", None)  # the SDK's own addition, not on the wire
+            chunks.append(as_on_the_wire(wire))
+    except genai_errors.APIError as e:
+        error = e.details["error"]
+    except genai_errors.UnknownApiResponseError as e:
+        undecodable.append(str(e).partition("Raw response: ")[2])
+    return chunks, error, undecodable
+
+
+def as_on_the_wire(chunk: dict) -> dict:
+    """Undo two spellings the SDK's types change without changing the value: bytes fields
+    come back as URL-safe base64 (the wire has the standard alphabet), and partialArgs'
+    numberValue is a double (30 comes back as 30.0)."""
+    for candidate in chunk.get("candidates") or ():
+        for part in (candidate.get("content") or {}).get("parts") or ():
+            if "thoughtSignature" in part:
+                part["thoughtSignature"] = rewrite(part["thoughtSignature"])
+            if "inlineData" in part:
+                part["inlineData"]["data"] = rewrite(part["inlineData"]["data"])
+            for piece in (part.get("functionCall") or {}).get("partialArgs") or ():
+                if float(piece.get("numberValue", 0.5)).is_integer():
+                    piece["numberValue"] = int(piece["numberValue"])
+    return chunk
+
+
+def rewrite(urlsafe: str) -> str:
+    return base64.b64encode(base64.urlsafe_b64decode(urlsafe)).decode()
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_stream_equals_what_the_sdk_parsed(name):
+    streamed, complete = stream(name)
+    chunks, error, undecodable = sdk_chunks(CASES[name])
+    from_sdk, _ = decode([orjson.dumps(chunks)], content_type="application/json")
+    from_sdk.error = error
+    if undecodable:  # the SDK raised there; we keep it aside and carry on
+        from_sdk.extras["undecoded_events"] = undecodable
+    assert streamed == from_sdk
+    assert complete == (streamed.stop_reason is not None and name != "truncated")
+
+
+def test_sdk_comparison_can_fail():
+    """A decoder that lost a chunk would not pass the comparison above."""
+    chunks, _, _ = sdk_chunks(CASES["text_stream"])
+    from_sdk, _ = decode([orjson.dumps(chunks[1:])], content_type="application/json")
+    assert stream("text_stream")[0] != from_sdk
+
+
+# --- what each stream means ------------------------------------------------------------------
+
+
+def test_text_stream():
+    response, complete = stream("text_stream")
+    assert complete
+    assert response.content == [Text(text="Sure — the test fails because `parse_config` returns "
+                                           "None when the file is missing. Add a default.")]
+    assert (response.id, response.model) == ("Yw0raN3xA8Hb1MkP1-nQwAk", "gemini-2.5-flash")
+    assert response.stop_reason == "STOP"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (9, 23)
+
+
+def test_thoughts_signature_and_usage():
+    response, _ = stream("thinking_then_text")
+    reasoning, text = response.content
+    assert reasoning.text.startswith("**Calculating the product**\n\nThe user wants 27 * 453. 27")
+    assert reasoning.signature == SIG
+    assert text == Text(text="27 × 453 = **12,231**")
+    usage = response.usage
+    assert usage.input_tokens == 1204 - 1024 and usage.cache_read_tokens == 1024
+    assert usage.output_tokens == 11 + 171 and usage.reasoning_tokens == 171
+    assert usage.raw["totalTokenCount"] == 1386
+
+
+def test_function_call_gets_a_stable_id_and_its_signature():
+    response, _ = stream("function_call")
+    text, signed, call = response.content
+    assert text == Text(text="I'll run the test suite to see what fails.")
+    assert signed == Reasoning(signature=SIG)
+    assert call == ToolCall(id="run_shell_command", name="run_shell_command",
+                            arguments={"command": "python -m pytest tests/ -x -q",
+                                       "description": "Run the test suite"},
+                            arguments_raw=orjson.dumps(call.arguments).decode())
+    assert response.stop_reason == "STOP"
+
+
+def test_parallel_calls_of_one_tool_get_distinct_ids():
+    response, _ = stream("parallel_function_calls")
+    calls = [b for b in response.content if isinstance(b, ToolCall)]
+    assert [c.id for c in calls] == ["read_file", "read_file#2", "glob"]
+    assert calls[1].arguments == {"absolute_path": "/home/dev/app/tests/test_config.py"}
+
+
+def test_function_call_id_is_kept():
+    response, _ = stream("function_call_with_id")
+    call = response.content[-1]
+    assert call.id == "call_6b1e0c2f9d" and call.arguments["content"].endswith('"None" handling\n')
+
+
+def test_partial_args_are_assembled():
+    response, complete = stream("partial_args")
+    [call] = response.content
+    assert call.arguments == {"command": "grep -rn 'TODO' src/", "timeout": 30,
+                              "flags": ["-i"], "background": False}
+    assert orjson.loads(call.arguments_raw) == call.arguments and complete
+
+
+def test_raw_json_error_mid_stream():
+    response, complete = stream("error_raw_json")
+    assert response.content == [Text(text="Let me look at the failing test first")]
+    assert response.error == {"code": 503, "status": "UNAVAILABLE",
+                              "message": "The model is overloaded. Please try again later."}
+    assert not complete
+
+
+def test_code_assist_is_unwrapped():
+    response, complete = stream("code_assist")
+    text, signed, call = response.content
+    assert text == Text(text="Reading the file ") and signed.signature == SIG
+    assert call.name == "read_file" and call.arguments == {"absolute_path": "/w/README.md"}
+    assert response.id == "9c1f4be27a3d60e5"  # traceId stands in for responseId
+    assert response.model == "gemini-2.5-pro" and complete
+    assert response.extras["code_assist"]["consumedCredits"][0]["creditType"] == "GOOGLE_ONE_AI"
+
+
+def test_code_assist_equals_the_same_stream_unwrapped():
+    unwrapped = b"".join(
+        b"data: " + orjson.dumps(orjson.loads(line[6:])["response"]) + b"\n\n"
+        for line in CASES["code_assist"].splitlines() if line.startswith(b"data: "))
+    plain, _ = decode([unwrapped])
+    wrapped, _ = stream("code_assist")
+    assert wrapped.content == plain.content and wrapped.usage == plain.usage
+    assert wrapped.stop_reason == plain.stop_reason
+
+
+def test_non_ascii_and_unicode_line_separator_survive():
+    response, _ = stream("non_ascii")
+    assert response.content == [Text(text="Naïve café — 日本語のテキスト 🎉\u2028next line «fin»")]
+
+
+def test_safety_block():
+    response, complete = stream("safety_blocked")
+    assert response.content == [] and response.stop_reason == "SAFETY" and complete
+    assert response.extras["candidate"]["safetyRatings"][0]["blocked"] is True
+    assert response.usage.output_tokens is None and response.usage.input_tokens == 31
+
+
+def test_truncated_stream_keeps_what_arrived():
+    response, complete = stream("truncated")
+    assert response.content == [Text(text="Step one: open the configuration file and")]
+    assert not complete and response.extras["undecoded_events"]
+
+
+def test_inline_image_is_named_not_copied():
+    response, _ = stream("image_output")
+    text, image = response.content
+    assert isinstance(image, Media) and image.type == "image"
+    data = orjson.loads(CASES["image_output"].split(b"data: ")[2])
+    png = base64.b64decode(data["candidates"][0]["content"]["parts"][0]["inlineData"]["data"])
+    assert png.startswith(b"\x89PNG")
+    assert (image.media_type, image.size) == ("image/png", len(png))
+    assert image.sha256 == hashlib.sha256(png).hexdigest()
+
+
+def test_json_array_form():
+    body = (DATA / "array_stream.json").read_bytes()
+    whole, complete = decode([body], content_type="application/json")
+    assert whole.content == [Text(text="Hello there, how can I help?")] and complete
+    for label, chunks in chunkings(body):
+        assert decode(chunks, content_type="application/json") == (whole, complete), label
+    cut, cut_complete = decode([body[:-40]], content_type="application/json")
+    assert cut.content == [Text(text="Hello")] and not cut_complete
+
+
+def test_single_json_body_and_error_body():
+    body = orjson.dumps({"candidates": [{"content": {"parts": [{"text": "hi"}]},
+                                         "finishReason": "MAX_TOKENS"}]})
+    response, complete = decode([body], content_type="application/json")
+    assert response.content == [Text(text="hi")] and response.stop_reason == "MAX_TOKENS"
+    error = {"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}}
+    response, _ = decode([orjson.dumps(error)], content_type="application/json; charset=UTF-8")
+    assert response.error["status"] == "INVALID_ARGUMENT"
+    with pytest.raises(DecodeError):
+        decode([b"<html>bad gateway</html>"], content_type="application/json")
+
+
+# --- routes ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "name", "kind"), [
+    ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini.generate", "model"),
+    ("/v1beta/models/gemini-2.5-flash:generateContent", "gemini.generate", "model"),
+    ("/v1beta/models/gemini-2.5-flash:countTokens", "gemini.generate", "side"),
+    ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro"
+     ":streamGenerateContent?alt=sse", "gemini.generate", "model"),
+    ("/gw/v1beta/models/gemini-2.5-flash%3AstreamGenerateContent", "gemini.generate", "model"),
+    ("/v1internal:streamGenerateContent?alt=sse", "gemini.code_assist", "model"),
+    ("/v1internal:countTokens", "gemini.code_assist", "side"),
+])
+def test_routes(path, name, kind):
+    dialect = dialect_for("POST", path)
+    assert dialect.name == name and dialect.kind(path) == kind
+    assert dialect_named(name) is dialect
+
+
+@pytest.mark.parametrize("path", ["/v1internal:loadCodeAssist", "/v1internal:onboardUser",
+                                  "/v1beta/models", "/v1beta/models/gemini-2.5-flash",
+                                  "/v1beta/models/x:embedContent", "/log?format=json"])
+def test_other_paths_are_not_model_calls(path):
+    assert dialect_for("POST", path) is None
+    assert dialect_for("GET", "/v1beta/models/gemini-2.5-flash:generateContent") is None
+
+
+# --- requests --------------------------------------------------------------------------------
+
+CLI_REQUEST = {
+    "contents": [
+        {"role": "user", "parts": [{"text": "This is the Gemini CLI. Context: linux."}]},
+        {"role": "user", "parts": [{"text": "run the tests"},
+                                   {"inlineData": {"mimeType": "image/png", "data": "iVBORw0K"}}]},
+        {"role": "model", "parts": [
+            {"functionCall": {"name": "run_shell_command", "args": {"command": "pytest"}},
+             "thoughtSignature": SIG},
+            {"functionCall": {"name": "run_shell_command", "args": {"command": "ls"}}}]},
+        {"role": "user", "parts": [
+            {"functionResponse": {"name": "run_shell_command", "response": {"output": "1 passed"}}},
+            {"functionResponse": {"name": "run_shell_command",
+                                  "response": {"error": "ls: cannot access"}}}]},
+    ],
+    "systemInstruction": {"role": "user", "parts": [{"text": "You are an interactive CLI agent."}]},
+    "tools": [{"functionDeclarations": [
+        {"name": "run_shell_command", "description": "Runs a shell command",
+         "parametersJsonSchema": {"type": "object", "properties": {"command": {"type": "string"}}}},
+        {"name": "glob", "parameters": {"type": "OBJECT"}}]}, {"googleSearch": {}}],
+    "generationConfig": {"temperature": 0, "thinkingConfig": {"includeThoughts": True}},
+}
+
+
+def test_request_is_normalized():
+    request = GENERATE.parse_request(orjson.dumps(CLI_REQUEST))
+    assert request.system == [Text(text="You are an interactive CLI agent.")]
+    assert [t.name for t in request.tools] == ["run_shell_command", "glob", "googleSearch"]
+    assert request.tools[0] == Tool(name="run_shell_command", description="Runs a shell command",
+                                    parameters=CLI_REQUEST["tools"][0]["functionDeclarations"][0]
+                                    ["parametersJsonSchema"])
+    assert request.tools[2].kind == "googleSearch"
+    assert [m.role for m in request.messages] == ["user", "user", "assistant", "user"]
+    assert isinstance(request.messages[1].content[1], Media)
+    signed, first, second = request.messages[2].content
+    assert signed == Reasoning(signature=SIG) and (first.id, second.id) == (
+        "run_shell_command", "run_shell_command#2")
+    ok, failed = request.messages[3].content
+    assert ok == ToolResult(tool_call_id=first.id, name="run_shell_command",
+                            content=[Text(text='{"output":"1 passed"}')])
+    assert failed.tool_call_id == second.id and failed.is_error
+    assert request.parameters == {"generationConfig": CLI_REQUEST["generationConfig"]}
+
+
+def test_model_and_stream_come_from_the_url():
+    request = GENERATE.parse_request(orjson.dumps(CLI_REQUEST))
+    assert request.model is None
+    GENERATE.from_url(request, "https://generativelanguage.googleapis.com/v1beta/models/"
+                               "gemini-2.5-flash:streamGenerateContent?alt=sse")
+    assert (request.model, request.stream) == ("gemini-2.5-flash", True)
+
+
+def test_code_assist_request_is_unwrapped():
+    envelope = {"model": "gemini-2.5-pro", "project": "proj-123", "user_prompt_id": "u-1",
+                "request": CLI_REQUEST}
+    request = CODE_ASSIST.parse_request(orjson.dumps(envelope))
+    plain = GENERATE.parse_request(orjson.dumps(CLI_REQUEST))
+    assert request.model == "gemini-2.5-pro"
+    assert request.messages == plain.messages and request.tools == plain.tools
+    assert request.parameters["code_assist"] == {"project": "proj-123", "user_prompt_id": "u-1"}
+    CODE_ASSIST.from_url(request, "https://cloudcode-pa.googleapis.com/v1internal:generateContent")
+    assert request.stream is False and request.model == "gemini-2.5-pro"
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"contents": 3}'])
+def test_bad_requests_raise_decode_error(body):
+    with pytest.raises(DecodeError):
+        GENERATE.parse_request(body)
+    with pytest.raises(DecodeError):
+        CODE_ASSIST.parse_request(b'{"model": "m"}')
+
+
+def test_unknown_parts_are_kept_verbatim():
+    part = {"executableCode": {"language": "PYTHON", "code": "print(1)"}}
+    request = GENERATE.parse_request(orjson.dumps({"contents": [{"role": "user", "parts": [part]}]}))
+    assert request.messages == [Message(role="user", content=[Other(data=part)])]
+    assert isinstance(request, Request)
