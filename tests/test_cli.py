@@ -124,8 +124,8 @@ def test_signals_are_forwarded_without_a_terminal(env, sig, code):
 def test_child_owns_the_terminal(env):
     """Under a pseudo-terminal the agent sees a TTY on every stream, and Ctrl-C typed there
     reaches it once (forge-record itself keeps running to finish the recording)."""
-    code = ("import os, signal, sys, time; print('tty', all(os.isatty(f) for f in (0, 1, 2)), "
-            "flush=True); signal.signal(signal.SIGINT, lambda *a: sys.exit(5)); time.sleep(20)")
+    code = ("import os, signal, sys, time; signal.signal(signal.SIGINT, lambda *a: sys.exit(5)); "
+            "print('tty', all(os.isatty(f) for f in (0, 1, 2)), flush=True); time.sleep(20)")
     pid, fd = pty.fork()
     if pid == 0:  # the child becomes the session leader with the pty as its terminal
         os.execve(FORGE, [FORGE, "run", "--", PY, "-c", code], env)

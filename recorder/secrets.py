@@ -1,0 +1,150 @@
+"""Secrets inside bodies: found by pattern, replaced by a typed placeholder.
+
+Tool results carry file contents and environment dumps, so a recorded request can hold API
+keys, tokens and private keys. Before anything is written, every string of a record and the
+raw bodies go through `Redactor`. Each secret becomes `[REDACTED:<kind>:<8 hex>]`, where the
+hex is an HMAC of the secret under a key kept in forge-record's data dir. The same secret
+always maps to the same placeholder, so deduplication and "is this the same key?" questions
+still work, but the secret cannot be recovered from the record. Placeholders hold no quote or
+backslash, so JSON text stays valid JSON.
+
+`.env`-style assignments (`PASSWORD=...`, `API_TOKEN: ...`) keep their name and lose their
+value. User patterns (regexes) are added with the kind "custom".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets as _random
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# (kind, pattern). Each starts with a literal, which keeps one pass over a 80 KB body near a
+# millisecond. Order matters: private key blocks before what could match inside them.
+_PATTERNS: list[tuple[str, str]] = [
+    ("private_key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----"),
+    ("anthropic_key", r"sk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openai_key", r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+    ("google_key", r"AIza[0-9A-Za-z_-]{35}"),
+    ("github_token", r"(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}"),
+    ("slack_token", r"xox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("aws_access_key", r"(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("jwt", r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+]
+# NAME=value / NAME: value where NAME says it is secret, searched in the lower-cased text
+# (a case-insensitive regex is several times slower). The value stops at whitespace, quotes
+# and backslashes: an escaped newline inside JSON text starts with one.
+_ASSIGNMENT = re.compile(
+    r"(?:password|passwd|secret|token|api_key|apikey|access_key|private_key)[a-z0-9_]*"
+    r"\s*[=:]\s*[\"']?(?P<value>[^\s\"'\\,;]{4,})"
+)
+_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+class Redactor:
+    def __init__(self, key: bytes, extra_patterns: Iterable[str] = ()) -> None:
+        self._key = key
+        # One alternation without groups: capture groups make `re` several times slower.
+        self._pattern = re.compile("|".join(p for _, p in _PATTERNS), re.DOTALL)
+        self._custom = re.compile("|".join(f"(?:{p})" for p in extra_patterns)) if extra_patterns else None
+        self.count = 0
+
+    def placeholder(self, kind: str, secret: str) -> str:
+        digest = hmac.new(self._key, secret.encode(), hashlib.sha256).hexdigest()[:8]
+        return f"[REDACTED:{kind}:{digest}]"
+
+    def text(self, text: str) -> str:
+        """`text` with every secret replaced."""
+        text = self._pattern.sub(self._replace, text)
+        if self._custom is not None:
+            text = self._custom.sub(lambda m: self._counted("custom", m.group()), text)
+        return self._redact_assignments(text)
+
+    def bytes(self, data: bytes) -> bytes:
+        """Raw body bytes, redacted as UTF-8 text; bytes that are not UTF-8 are left as they
+        are (the redaction would corrupt a binary body)."""
+        try:
+            decoded = data.decode()
+        except UnicodeDecodeError:
+            return data
+        redacted = self.text(decoded)
+        return data if redacted == decoded else redacted.encode()
+
+    def value(self, value: Any) -> Any:
+        """A JSON-like value (dicts, lists, strings) with every string redacted."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        return value
+
+    def _replace(self, match: re.Match[str]) -> str:
+        if not _starts_a_word(match.string, match.start()):
+            return match.group()  # the tail of a longer word, e.g. "task-ant-..."
+        return self._counted(_kind_of(match.group()), match.group())
+
+    def _redact_assignments(self, text: str) -> str:
+        lowered = text.lower()
+        if len(lowered) != len(text):  # a few characters grow when lower-cased
+            lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+        pieces, last = [], 0
+        for match in _ASSIGNMENT.finditer(lowered):
+            start, end = match.span("value")
+            value = text[start:end]
+            if value.isdigit() or value.lower() in _NOT_SECRETS or _in_placeholder(text, match.start()):
+                continue
+            pieces += [text[last:start], self._counted("assignment", value)]
+            last = end
+        return "".join(pieces) + text[last:] if pieces else text
+
+    def _counted(self, kind: str, secret: str) -> str:
+        self.count += 1
+        return self.placeholder(kind, secret)
+
+
+_KINDS = [(kind, re.compile(pattern, re.DOTALL)) for kind, pattern in _PATTERNS]
+
+
+def _kind_of(secret: str) -> str:
+    return next(kind for kind, pattern in _KINDS if pattern.fullmatch(secret))
+
+
+def _starts_a_word(text: str, i: int) -> bool:
+    """Whether position i begins a token: start of text, after a non-word character, or
+    right after an escaped \\n, \\r or \\t of JSON text."""
+    if i == 0 or text[i - 1] not in _WORD:
+        return True
+    return i >= 2 and text[i - 2] == "\\" and text[i - 1] in "nrt"
+
+
+def _in_placeholder(text: str, i: int) -> bool:
+    """Whether position i is inside a "[REDACTED:kind:hash]" made by the first pass."""
+    opening = text.rfind("[REDACTED:", max(0, i - 40), i)
+    return opening >= 0 and "]" not in text[opening:i]
+
+
+# Values that follow a secret-sounding name in code and docs but are not secrets.
+_NOT_SECRETS = frozenset({"none", "null", "true", "false", "undefined", "required", "optional",
+                          "string", "example", "xxxx", "****", "changeme", "your_token_here"})
+
+
+def load_key(home: Path) -> bytes:
+    """The HMAC key, made on first use (0600 in the data dir)."""
+    path = home / "redaction.key"
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another recorder made it just now
+            pass
+        else:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_random.token_bytes(32))
+    return path.read_bytes()
