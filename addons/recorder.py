@@ -1,12 +1,12 @@
 """The mitmproxy addon that records model calls.
 
 Per flow: `request` decides whether the call is one to record (a known dialect's path, on a
-model host) and, for hosts given an upstream, sends it there instead; `responseheaders` sets
-`flow.response.stream` to the capture's tee, so every response, streamed or not, passes
-through chunk by chunk, unchanged; `response` and `error` end the capture and hand the
-exchange to the sink (the store writer's queue). Traffic that is not recorded still streams
-through untouched. In regular (forward) mode only model hosts are TLS-intercepted; every other
-host is tunnelled as is.
+model host, or on any host when its body speaks that dialect too) and, for hosts given an
+upstream, sends it there instead; `responseheaders` sets `flow.response.stream` to the
+capture's tee, so every response, streamed or not, passes through chunk by chunk, unchanged;
+`response` and `error` end the capture and hand the exchange to the sink (the store writer's
+queue). Traffic that is not recorded still streams through untouched. In regular (forward)
+mode only model hosts are TLS-intercepted; every other host is tunnelled as is.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from mitmproxy import http, tls
 
-from forge_record.capture import Capture
+from forge_record.capture import DEFAULT_MAX_BODY, Capture
 from forge_record.decoders import dialect_for
 from forge_record.records import Exchange
 
@@ -35,6 +35,7 @@ class Recorder:
         model_hosts: Iterable[str] = (),
         upstreams: dict[str, str] | None = None,
         record_any_host: bool = False,
+        max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
         """`model_hosts`: hosts whose traffic is intercepted and may be recorded.
         `upstreams`: host -> base URL to send that host's requests to instead.
@@ -43,6 +44,7 @@ class Recorder:
         self.upstreams = {h.lower(): u.rstrip("/") for h, u in (upstreams or {}).items()}
         self.model_hosts = {h.lower() for h in model_hosts} | set(self.upstreams)
         self.record_any_host = record_any_host
+        self.max_body = max_body  # bytes kept per body; the agent always gets all of it
         self._seq = itertools.count(1)
         self.recorded = 0
 
@@ -60,10 +62,11 @@ class Recorder:
         # What the agent asked for, before any redirect to an upstream.
         logical_url, path, host = req.pretty_url, req.path, req.pretty_host.lower()
         self._redirect(flow, host)
-        if not (self.record_any_host or host in self.model_hosts):
-            return
         dialect = dialect_for(req.method, path)
         if dialect is None:
+            return
+        body = req.get_content(strict=False) or b""
+        if not (self.record_any_host or host in self.model_hosts or _speaks(dialect, body)):
             return
         flow.metadata[_META] = Capture(
             dialect,
@@ -72,7 +75,8 @@ class Recorder:
             url=logical_url,
             path=path,
             headers=list(req.headers.items(multi=True)),
-            body=req.get_content(strict=False) or b"",
+            body=body,
+            max_body=self.max_body,
         )
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -126,3 +130,11 @@ class Recorder:
         req.host = url.hostname or host
         req.port = url.port or (443 if url.scheme == "https" else 80)
         req.path = url.path + req.path
+
+
+def _speaks(dialect, body: bytes) -> bool:
+    """Whether a body on a host we do not know is this dialect's: a JSON object that names the
+    dialect's key field. Only plain-HTTP traffic can get here (a local or LAN model server
+    reached through HTTP_PROXY): TLS is intercepted for model hosts alone."""
+    keys = getattr(dialect, "body_keys", (b'"model"',))
+    return body[:64].lstrip()[:1] == b"{" and any(key in body for key in keys)

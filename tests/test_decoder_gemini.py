@@ -14,7 +14,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx2
 import orjson
@@ -23,10 +25,15 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
+from forge_record.addons.proxy import InProcessProxy
+from forge_record.addons.recorder import Recorder
+from forge_record.capture import finalize
 from forge_record.decoders import dialect_for, dialect_named
 from forge_record.decoders.gemini import CODE_ASSIST, GENERATE
 from forge_record.errors import DecodeError
+from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.records import (
+    COMPLETE,
     Media,
     Message,
     Other,
@@ -39,6 +46,7 @@ from forge_record.records import (
     response_from_dict,
     response_to_dict,
 )
+from forge_record.trust import ca_files, confdir
 
 DATA = Path(__file__).parent / "data" / "sse" / "gemini"
 CASES = {p.stem: p.read_bytes() for p in sorted(DATA.glob("*.sse"))}
@@ -402,3 +410,168 @@ def test_unknown_parts_are_kept_verbatim():
     request = GENERATE.parse_request(orjson.dumps({"contents": [{"role": "user", "parts": [part]}]}))
     assert request.messages == [Message(role="user", content=[Other(data=part)])]
     assert isinstance(request, Request)
+
+
+# --- through the live proxy ------------------------------------------------------------------
+
+GEMINI_HOST = "generativelanguage.googleapis.com"
+CODE_ASSIST_HOST = "cloudcode-pa.googleapis.com"
+STREAM_PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+TOOL_REQUEST = {
+    "contents": [{"role": "user", "parts": [{"text": f"please run {TOOL_MARKER}"}]}],
+    "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parametersJsonSchema": {
+        "type": "object", "properties": {"command": {"type": "string"}}}}]}],
+    "generationConfig": {"thinkingConfig": {"includeThoughts": True}},
+}
+
+
+class Arrivals(list):
+    """The exchanges the sink got; the client can finish a moment before the proxy's
+    `response` hook has run, so reading them waits for the expected number."""
+
+    def wait(self, n: int, timeout: float = 5.0) -> list:
+        deadline = time.monotonic() + timeout
+        while len(self) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return [finalize(e) for e in self]
+
+
+@pytest.fixture(scope="module")
+def ca_home(tmp_path_factory):
+    return tmp_path_factory.mktemp("ca")  # one CA for the module: a key pair costs a second
+
+
+@pytest.fixture
+def mock():
+    with MockUpstream() as m:
+        yield m
+
+
+@pytest.fixture(params=["reverse", "forward"])
+def proxied(request, mock, ca_home):
+    """(httpx2 client, base URL, exchanges) for a recording proxy in front of the mock."""
+    exchanges = Arrivals()
+    upstreams = {GEMINI_HOST: mock.url, CODE_ASSIST_HOST: mock.url}
+    conf = confdir(ca_home)
+    if request.param == "reverse":
+        addon = Recorder(exchanges.append, upstreams=upstreams, record_any_host=True)
+        proxy = InProcessProxy(addon, mode=f"reverse:https://{GEMINI_HOST}", confdir=conf)
+        port = proxy.start()
+        http, base = httpx2.Client(), f"http://127.0.0.1:{port}"
+    else:
+        addon = Recorder(exchanges.append, model_hosts=[GEMINI_HOST, CODE_ASSIST_HOST],
+                         upstreams=upstreams)
+        proxy = InProcessProxy(addon, mode="regular", confdir=conf)
+        port = proxy.start()
+        http = httpx2.Client(proxy=f"http://127.0.0.1:{port}", verify=ca_files(conf).cert)
+        base = f"https://{GEMINI_HOST}"
+    try:
+        yield http, base, exchanges
+    finally:
+        http.close()
+        proxy.stop()
+
+
+def raw_post(http: httpx2.Client, url: str, body: dict) -> bytes:
+    with http.stream("POST", url, json=body, headers={"x-goog-api-key": "dummy-gemini-key"}) as r:
+        return b"".join(r.iter_raw())
+
+
+@pytest.mark.parametrize("query", ["?alt=sse", ""], ids=["sse", "json-array"])
+def test_client_gets_the_bytes_of_a_direct_call(proxied, mock, query):
+    http, base, exchanges = proxied
+    direct = raw_post(httpx2.Client(), mock.url + STREAM_PATH + query, TOOL_REQUEST)
+    assert raw_post(http, base + STREAM_PATH + query, TOOL_REQUEST) == direct
+    [ex] = exchanges.wait(1)
+    assert ex.raw_response == direct and ex.status == COMPLETE, ex.flags
+    assert "x-goog-api-key" not in ex.request_headers
+
+
+def test_sdk_stream_through_the_proxy_is_recorded_as_the_sdk_saw_it(proxied):
+    http, base, exchanges = proxied
+    client = genai.Client(api_key="dummy-gemini-key", http_options=genai_types.HttpOptions(
+        base_url=base, httpx_client=http))
+    config = genai_types.GenerateContentConfig(
+        tools=[genai_types.Tool(function_declarations=[genai_types.FunctionDeclaration(
+            name="run_shell_command", parameters_json_schema={"type": "object"})])],
+        thinking_config=genai_types.ThinkingConfig(include_thoughts=True),
+        automatic_function_calling=genai_types.AutomaticFunctionCallingConfig(disable=True))
+    seen = [as_on_the_wire(c.model_dump(mode="json", by_alias=True, exclude_none=True))
+            for c in client.models.generate_content_stream(
+                model="gemini-2.5-flash", contents=f"please run {TOOL_MARKER}", config=config)]
+    for chunk in seen:
+        chunk.pop("sdkHttpResponse", None)
+    [ex] = exchanges.wait(1)
+    assert ex.dialect == "gemini.generate" and ex.status == COMPLETE, ex.flags
+    assert ex.url.startswith(f"https://{GEMINI_HOST}/v1")  # the SDK picks the API version
+    assert ex.url.endswith("/models/gemini-2.5-flash:streamGenerateContent?alt=sse")
+    from_sdk, _ = decode([orjson.dumps(seen)], content_type="application/json")
+    assert ex.response == from_sdk
+    reasoning, text, call = ex.response.content  # the signature on the text seals the thought
+    assert reasoning.text and reasoning.signature and call.name == "run_shell_command"
+    assert text == Text(text="I'll run that command.")
+    assert ex.request.stream and ex.request.model == "gemini-2.5-flash"  # from the URL
+    assert ex.request.tools[0].name == "run_shell_command"
+    assert ex.request.messages[0].content == [Text(text=f"please run {TOOL_MARKER}")]
+
+
+def test_code_assist_through_the_proxy(proxied):
+    http, base, exchanges = proxied
+    envelope = {"model": "gemini-2.5-pro", "project": "proj-1", "request": TOOL_REQUEST}
+    # Reverse mode fronts one host: the path alone picks the dialect.
+    url = f"https://{CODE_ASSIST_HOST}" if base.startswith("https://") else base
+    raw = raw_post(http, url + "/v1internal:streamGenerateContent?alt=sse", envelope)
+    assert b'"traceId"' in raw
+    [ex] = exchanges.wait(1)
+    assert ex.dialect == "gemini.code_assist" and ex.status == COMPLETE, ex.flags
+    assert ex.request.model == "gemini-2.5-pro" and ex.request.stream
+    assert ex.request.parameters["code_assist"] == {"project": "proj-1"}
+    call = ex.response.content[-1]
+    assert call.name == "run_shell_command" and TOOL_MARKER in call.arguments["command"]
+    assert ex.response.id == orjson.loads(raw.split(b"data: ")[1])["traceId"]
+
+
+def test_plain_http_to_an_unknown_host_is_recorded_when_it_speaks_gemini(mock, ca_home):
+    """A local server (vLLM, Ollama, a LAN gateway) reached through HTTP_PROXY in the clear:
+    not a known model host, so the body must speak the dialect too."""
+    exchanges = Arrivals()
+    proxy = InProcessProxy(Recorder(exchanges.append, model_hosts=[GEMINI_HOST]),
+                           mode="regular", confdir=confdir(ca_home))
+    http = httpx2.Client(proxy=f"http://127.0.0.1:{proxy.start()}")
+    try:
+        raw_post(http, mock.url + STREAM_PATH + "?alt=sse", TOOL_REQUEST)
+        http.post(mock.url + STREAM_PATH, content=b"not a model call")
+        [ex] = exchanges.wait(1)
+        time.sleep(0.2)
+    finally:
+        http.close()
+        proxy.stop()
+    assert len(exchanges) == 1 and ex.url.startswith(mock.url) and ex.status == COMPLETE
+
+
+def test_forward_mode_intercepts_model_hosts_only():
+    addon = Recorder(lambda e: None, model_hosts=[GEMINI_HOST], upstreams={"local.test": "http://x"})
+    for sni, ignored in [(GEMINI_HOST, False), ("local.test", False), ("github.com", True),
+                         ("play.googleapis.com", True)]:
+        data = SimpleNamespace(client_hello=SimpleNamespace(sni=sni), ignore_connection=False)
+        addon.tls_clienthello(data)
+        assert data.ignore_connection is ignored, sni
+
+
+def test_snake_case_fields_read_like_camel_case():
+    """Protobuf JSON endpoints read both spellings, and google-genai sends snake_case."""
+    snake = {"system_instruction": {"parts": [{"text": "sys"}]},
+             "contents": [{"role": "model", "parts": [
+                 {"function_call": {"name": "glob", "args": {"file_path": "x"}},
+                  "thought_signature": SIG},
+                 {"inline_data": {"mime_type": "image/png", "data": "iVBORw0K"}}]}],
+             "tools": [{"function_declarations": [{"name": "glob",
+                                                   "parameters_json_schema": {"type": "object"}}]}],
+             "generation_config": {"thinking_config": {"include_thoughts": True}}}
+    request = GENERATE.parse_request(orjson.dumps(snake))
+    assert request.system == [Text(text="sys")]
+    signed, call, image = request.messages[0].content
+    assert signed.signature == SIG and call.arguments == {"file_path": "x"}  # args untouched
+    assert image.media_type == "image/png"
+    assert request.tools == [Tool(name="glob", parameters={"type": "object"})]
+    assert request.parameters == {"generation_config": snake["generation_config"]}

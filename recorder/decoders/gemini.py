@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from forge_record.decoders.gemini_parts import PartFold
+from forge_record.decoders.gemini_parts import PartFold, camel, camel_key
 from forge_record.decoders.gemini_stream import BodyDecoder, SSEDecoder
 from forge_record.errors import DecodeError
 from forge_record.records import Block, Message, Request, Text, Tool
@@ -58,7 +58,7 @@ def _blocks(content: Any) -> list[Block]:
     if isinstance(content, str):  # some clients send systemInstruction as a bare string
         return [Text(text=content)] if content else []
     fold = PartFold()
-    for part in content.get("parts") or ():
+    for part in camel(content).get("parts") or ():
         fold.add(part)
     return fold.blocks()
 
@@ -66,23 +66,27 @@ def _blocks(content: Any) -> list[Block]:
 def _tools(raw: list[dict[str, Any]]) -> list[Tool]:
     tools = []
     for entry in raw:
-        for key, value in entry.items():
+        for key, value in camel(entry).items():
             if key == "functionDeclarations":
-                tools += [Tool(name=f.get("name", ""), description=f.get("description"),
-                               parameters=f.get("parameters", f.get("parametersJsonSchema")))
-                          for f in value or ()]
+                tools += [_declaration(camel(f)) for f in value or ()]
             else:  # googleSearch, codeExecution, urlContext, ...: the API runs them
                 tools.append(Tool(name=key, kind=key, parameters=value or None))
     return tools
 
 
-def _request(data: dict[str, Any]) -> Request:
+def _declaration(f: dict[str, Any]) -> Tool:
+    return Tool(name=f.get("name", ""), description=f.get("description"),
+                parameters=f.get("parameters", f.get("parametersJsonSchema")))
+
+
+def _request(raw: dict[str, Any]) -> Request:
+    data = camel(raw)  # to read it; `parameters` keeps the client's own spelling
     return Request(
         system=_blocks(data.get("systemInstruction")),
         tools=_tools(data.get("tools") or []),
         messages=[Message(role=_ROLES.get(c.get("role"), c.get("role") or "user"),
                           content=_blocks(c)) for c in data.get("contents") or ()],
-        parameters={k: v for k, v in data.items() if k not in _REQUEST_OWN},
+        parameters={k: v for k, v in raw.items() if camel_key(k) not in _REQUEST_OWN},
     )
 
 

@@ -14,6 +14,11 @@
   piece): they are applied by JSON path, strings joined.
 - `functionResponse` becomes `ToolResult` (`is_error` when its response has an `error` key),
   `inlineData`/`fileData` become `Media` named by sha256, anything else `Other`, verbatim.
+
+Field names: the API answers in lowerCamelCase, but like any protobuf JSON endpoint it also
+reads snake_case, and clients send it (google-genai writes `include_thoughts` and
+`parameters_json_schema`). `camel()` puts the structural keys of one object in the API's
+spelling; values the model or a tool wrote (call args, tool output) are never touched.
 """
 
 from __future__ import annotations
@@ -30,6 +35,18 @@ import orjson
 from forge_record.records import Block, Media, Other, Reasoning, Text, ToolCall, ToolResult
 
 _PATH_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+_SNAKE_WORD = re.compile(r"_([a-z])")
+
+
+def camel_key(key: str) -> str:
+    return _SNAKE_WORD.sub(lambda m: m.group(1).upper(), key) if "_" in key else key
+
+
+def camel(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object with its own keys in lowerCamelCase (`function_call` -> `functionCall`)."""
+    if not any("_" in k for k in obj):
+        return obj
+    return {camel_key(k): v for k, v in obj.items()}
 
 
 def dumps(value: Any) -> str:
@@ -37,12 +54,13 @@ def dumps(value: Any) -> str:
 
 
 def media(part: dict[str, Any]) -> Media:
+    part = camel(part)
     if "inlineData" in part:
-        blob = part["inlineData"]
+        blob = camel(part["inlineData"])
         payload = _b64(blob.get("data", ""))
         return Media(type=_media_kind(blob.get("mimeType")), media_type=blob.get("mimeType"),
                      sha256=hashlib.sha256(payload).hexdigest(), size=len(payload))
-    ref = part["fileData"]
+    ref = camel(part["fileData"])
     uri = ref.get("fileUri")
     return Media(type=_media_kind(ref.get("mimeType")), media_type=ref.get("mimeType"), url=uri,
                  sha256=hashlib.sha256(uri.encode()).hexdigest() if uri else None)
@@ -68,7 +86,8 @@ class PartFold:
         self._calls: Counter[str] = Counter()
         self._results: Counter[str] = Counter()
 
-    def add(self, part: dict[str, Any]) -> None:
+    def add(self, raw: dict[str, Any]) -> None:
+        part = camel(raw)
         signature = part.get("thoughtSignature")
         if "text" in part:
             text = part["text"]
@@ -84,13 +103,13 @@ class PartFold:
         elif "functionCall" in part:
             if signature:
                 self._sign(signature)
-            self._add_call(part["functionCall"])
+            self._add_call(camel(part["functionCall"]))
         elif "functionResponse" in part:
-            self._append(self._result(part["functionResponse"]))
+            self._append(self._result(camel(part["functionResponse"])))
         elif "inlineData" in part or "fileData" in part:
             self._append(media(part))
         else:
-            self._append(Other(data=part))
+            self._append(Other(data=raw))
 
     def blocks(self) -> list[Block]:
         self._close()
@@ -149,7 +168,7 @@ class PartFold:
             self._append(streaming)
             self._streaming_call = streaming
         for piece in call.get("partialArgs") or ():
-            _apply_partial(streaming.arguments, piece)
+            _apply_partial(streaming.arguments, camel(piece))
         if not call.get("willContinue"):
             self._seal_call(streaming)
             self._streaming_call = None

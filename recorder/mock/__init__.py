@@ -66,9 +66,9 @@ NOT_FOUND = Reply.json({"error": {"type": "not_found_error", "message": "no such
 
 
 def default_routes() -> list[Route]:
-    from forge_record.mock import anthropic
+    from forge_record.mock import anthropic, gemini
 
-    return [*anthropic.ROUTES]
+    return [*anthropic.ROUTES, *gemini.ROUTES]
 
 
 @dataclass
