@@ -16,6 +16,7 @@ from pathlib import Path
 from mitmproxy import addons as mitm_addons
 from mitmproxy import master, options
 
+from forge_record.addons.loopback import LoopbackOnly
 from forge_record.errors import ForgeRecordError
 
 
@@ -100,7 +101,7 @@ class InProcessProxy:
         opts = options.Options()
         m = master.Master(opts, event_loop=asyncio.get_running_loop(), with_termlog=False)
         m.addons.add(*mitm_addons.default_addons())
-        m.addons.add(self.addon, self._ready)
+        m.addons.add(LoopbackOnly(), self.addon, self._ready)
         try:
             opts.update(
                 listen_host="127.0.0.1",

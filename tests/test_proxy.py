@@ -40,3 +40,17 @@ def test_bad_mitmproxy_option_is_a_clear_error(tmp_path):
     with pytest.raises(ForgeRecordError, match="no_such_option"):
         proxy.start()
     proxy.stop()
+
+
+@pytest.mark.parametrize(("host", "ok"), [("127.0.0.1", True), ("127.8.9.10", True), ("::1", True),
+                                          ("::ffff:127.0.0.1", True), ("10.1.2.3", False),
+                                          ("192.168.0.5", False), ("2001:db8::1", False)])
+def test_only_loopback_clients_are_served(host, ok):
+    from mitmproxy.test import tflow
+
+    from forge_record.addons.loopback import LoopbackOnly
+
+    client = tflow.tclient_conn()
+    client.peername = (host, 50000)
+    LoopbackOnly().client_connected(client)
+    assert (client.error is None) == ok

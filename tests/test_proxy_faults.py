@@ -23,13 +23,17 @@ HEADERS = {"x-api-key": "sk-ant-dummy-key", "anthropic-version": "2023-06-01",
            "content-type": "application/json"}
 
 
+MAX_BODY = 1 << 20
+
+
 @pytest.fixture
 def proxied(tmp_path):
-    """(mock, base_url, exchanges) with a reverse-mode recording proxy in front of the mock."""
+    """(mock, base_url, exchanges) with a reverse-mode recording proxy in front of the mock,
+    keeping at most MAX_BODY bytes per body."""
     exchanges: list = []
     with MockUpstream() as mock:
         addon = Recorder(exchanges.append, upstreams={"api.anthropic.com": mock.url},
-                         record_any_host=True)
+                         record_any_host=True, max_body=MAX_BODY)
         proxy = InProcessProxy(addon, mode="reverse:https://api.anthropic.com",
                                confdir=confdir(tmp_path))
         port = proxy.start()
@@ -109,3 +113,29 @@ def test_error_status_is_recorded_as_error(proxied):
     [ex] = wait_for(exchanges)
     assert ex.status == "error" and ex.http_status == 529
     assert ex.response.error["type"] == "overloaded_error"
+
+
+def test_decompression_bomb_is_cut_at_the_limit(proxied):
+    """50 MB of gzip-compressed zeros (about 50 KB on the wire): the agent gets every byte,
+    the recorder keeps at most the limit and says so."""
+    mock, base, exchanges = proxied
+    bomb = gzip.compress(b"0" * (50 << 20), compresslevel=9)
+    mock.routes.insert(0, ("POST", lambda p: p == "/v1/messages", lambda m, r: Reply(
+        body=iter([bomb[i:i + 4096] for i in range(0, len(bomb), 4096)]),
+        content_type="text/event-stream", headers={"content-encoding": "gzip"})))
+    with httpx2.stream("POST", f"{base}/v1/messages", json=BODY, headers=HEADERS) as r:
+        assert b"".join(r.iter_raw()) == bomb
+    [ex] = wait_for(exchanges)
+    assert "response_truncated" in ex.flags
+    assert len(ex.raw_response) <= MAX_BODY
+
+
+def test_oversized_request_is_kept_truncated(proxied):
+    mock, base, exchanges = proxied
+    big = dict(BODY, stream=False, messages=[{"role": "user", "content": "x" * (2 << 20)}])
+    r = httpx2.post(f"{base}/v1/messages", json=big, headers=HEADERS)
+    assert r.status_code == 200
+    assert len(mock.requests[-1].body) > 2 << 20  # the upstream got all of it
+    [ex] = wait_for(exchanges)
+    assert "request_truncated" in ex.flags and len(ex.raw_request) == MAX_BODY
+    assert "request_decode_error" in ex.flags  # half a JSON document does not parse
