@@ -15,10 +15,20 @@ import time
 from forge_record import encodings
 from forge_record.decoders import dialect_named
 from forge_record.decoders.base import Dialect, ResponseDecoder
-from forge_record.records import COMPLETE, ERROR, INCOMPLETE, Exchange
+from forge_record.records import (
+    COMPLETE,
+    ERROR,
+    INCOMPLETE,
+    Exchange,
+    response_from_dict,
+    response_to_dict,
+)
 from forge_record.redact import redact_headers, redact_url
+from forge_record.secrets import Redactor
 
 log = logging.getLogger("forge_record")
+
+DEFAULT_MAX_BODY = 64 << 20  # per body: far above any model call seen, far below a bomb
 
 
 class Capture:
@@ -32,8 +42,10 @@ class Capture:
         path: str,
         headers: list[tuple[str, str]],
         body: bytes,
+        max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
         self.dialect = dialect
+        self.max_body = max_body
         self.exchange = Exchange(
             seq=seq,
             dialect=dialect.name,
@@ -42,11 +54,14 @@ class Capture:
             url=redact_url(url),
             started_at=time.time(),
             request_headers=redact_headers(headers),
-            raw_request=body,
+            raw_request=body[:max_body],
         )
+        if len(body) > max_body:
+            self._flag("request_truncated")
         self._decoder: ResponseDecoder | None = None
         self._unencode: encodings.ChunkDecoder | None = None
         self._chunks: list[bytes] = []
+        self._kept = 0
         self.finished = False
 
     # --- response side (event loop) -----------------------------------------------------
@@ -58,7 +73,7 @@ class Capture:
         ex.http_status = status
         ex.first_byte_at = time.time()
         ex.response_headers = redact_headers(headers)
-        self._unencode = encodings.decoder_for(encoding)
+        self._unencode = encodings.decoder_for(encoding, max_output=self.max_body)
         if self._unencode is None:
             self._flag(f"unknown_content_encoding:{encoding}")
             return
@@ -72,11 +87,18 @@ class Capture:
         if chunk and self._unencode is not None:
             try:
                 plain = self._unencode(chunk)
+            except encodings.TooLarge:
+                self._stop_keeping("response_truncated")
+                return chunk
             except Exception as e:  # noqa: BLE001
                 self._flag("content_decode_error")
                 log.warning("forge-record: cannot decode %s body: %s", self.exchange.url, e)
                 self._unencode = None
                 self._decoder = None
+                return chunk
+            self._kept += len(plain)
+            if self._kept > self.max_body:
+                self._stop_keeping("response_truncated")
                 return chunk
             self._chunks.append(plain)
             if self._decoder is not None:
@@ -111,6 +133,13 @@ class Capture:
             ex.status = COMPLETE
         return ex
 
+    def _stop_keeping(self, flag: str) -> None:
+        """Past the size limit: keep what we have, let the rest through unrecorded."""
+        self._flag(flag)
+        log.warning("forge-record: %s body over %d bytes, stored truncated",
+                    self.exchange.url, self.max_body)
+        self._unencode = None
+
     def _decoder_failed(self, e: Exception) -> None:
         self._decoder = None
         self._flag("decode_error")
@@ -121,9 +150,13 @@ class Capture:
             self.exchange.flags.append(flag)
 
 
-def finalize(exchange: Exchange) -> Exchange:
-    """Parse the request body. Runs in the writer thread, off the proxy's event loop."""
+def finalize(exchange: Exchange, redactor: Redactor | None = None) -> Exchange:
+    """Parse the request body and redact secrets from everything that will be written.
+    Runs in the writer thread, off the proxy's event loop."""
     dialect = dialect_named(exchange.dialect)
+    if redactor is not None:
+        exchange.raw_request = redactor.bytes(exchange.raw_request)
+        exchange.raw_response = redactor.bytes(exchange.raw_response)
     if exchange.request is None and exchange.raw_request and dialect is not None:
         try:
             exchange.request = dialect.parse_request(exchange.raw_request)
@@ -133,4 +166,17 @@ def finalize(exchange: Exchange) -> Exchange:
         except Exception as e:  # noqa: BLE001 - keep the raw body, flag the record
             exchange.flags.append("request_decode_error")
             log.warning("forge-record: cannot parse request to %s: %r", exchange.url, e)
+    if redactor is not None:
+        _redact_record(exchange, redactor)
     return exchange
+
+
+def _redact_record(exchange: Exchange, redactor: Redactor) -> None:
+    # The request was parsed from the redacted body; the response was folded from the
+    # live stream, so its strings are redacted here, through its plain-dict form.
+    if exchange.response is not None:
+        exchange.response = response_from_dict(
+            redactor.value(response_to_dict(exchange.response))
+        )
+    exchange.request_headers = redactor.value(exchange.request_headers)
+    exchange.response_headers = redactor.value(exchange.response_headers)
