@@ -81,7 +81,9 @@ class InProcessProxy:
         if self._startup_error is not None:
             raise ForgeRecordError(f"cannot start the proxy: {self._startup_error}")
         if not self._ready.addresses:
-            raise ForgeRecordError("the proxy could not listen on 127.0.0.1")
+            port = self.settings.get("listen_port", "a free port")
+            raise ForgeRecordError(f"the proxy could not listen on 127.0.0.1 ({port}); "
+                                   "is the port in use?")
         return self._ready.addresses[0][1]
 
     def stop(self, timeout: float = 10.0) -> None:

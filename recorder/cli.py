@@ -29,12 +29,20 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
+    except click.UsageError as e:
+        command = e.ctx.command_path if e.ctx else "forge-record"
+        click.echo(f"{command}: {e.format_message()} (see {command} --help)", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
-        e.show()
+        click.echo(f"forge-record: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
     except ForgeRecordError as e:
         click.echo(f"forge-record: {e}", err=True)
         sys.exit(e.exit_code)
+    except OSError as e:  # the machine said no: a full disk, a read-only dir, a busy port
+        where = f": {e.filename}" if e.filename else ""
+        click.echo(f"forge-record: {e.strerror or e}{where}", err=True)
+        sys.exit(1)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     else:

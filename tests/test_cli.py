@@ -143,3 +143,27 @@ def test_child_owns_the_terminal(env):
         pass
     assert os.waitstatus_to_exitcode(status) == 5, output
     assert b"forge-record: session" in output
+
+
+def test_port_in_use(env):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = forge(env, "run", "--set", f"listen_port={port}", "--", "true")
+    assert "port in use" in assert_one_line_error(proc)
+
+
+def test_unusable_data_dir(env, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = forge({**env, "FORGE_RECORD_HOME": str(blocker / "home")}, "run", "--", "true")
+    assert str(blocker) in assert_one_line_error(proc)
+
+
+@pytest.mark.parametrize("args", [["run", "--mode", "bogus", "--", "true"], ["run"],
+                                  ["sessions", "--limit", "x"], ["show"], ["nosuchcommand"]])
+def test_wrong_arguments_are_one_line(env, args):
+    assert "--help" in assert_one_line_error(forge(env, *args), code=2)

@@ -1,0 +1,66 @@
+"""Crash safety: finished exchanges survive a SIGKILLed recorder; a SIGKILLed agent ends the
+session with its status."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from forge_record.mock import MockUpstream
+
+pytestmark = pytest.mark.slow
+
+FORGE = str(Path(sys.executable).with_name("forge-record"))
+CLIENT = """
+import anthropic, os, sys, time
+client = anthropic.Anthropic(api_key="sk-ant-dummy-key", max_retries=0)
+for _ in range(2):
+    client.messages.create(model="claude-sonnet-4-5", max_tokens=20,
+                           messages=[{"role": "user", "content": "hi"}])
+print("done", os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def start(tmp_path, mock):
+    env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [FORGE, "run", "--harness", "claude-code", "--mode", "reverse", "--upstream",
+         f"api.anthropic.com={mock.url}", "--", sys.executable, "-c", CLIENT],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        text=True)
+    line = proc.stdout.readline().split()
+    assert line[0] == "done", proc.stderr.read()
+    return proc, int(line[1]), env
+
+
+def test_killed_recorder_keeps_finished_exchanges(tmp_path):
+    with MockUpstream() as mock:
+        proc, agent, _ = start(tmp_path, mock)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        os.kill(agent, signal.SIGKILL)  # the orphaned agent
+    db = sqlite3.connect(tmp_path / "traces.db")
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert db.execute("SELECT count(*) FROM exchanges").fetchone() == (2,)
+
+
+def test_killed_agent_ends_the_session(tmp_path):
+    with MockUpstream() as mock:
+        proc, agent, env = start(tmp_path, mock)
+        os.kill(agent, signal.SIGKILL)
+        assert proc.wait(30) == 128 + signal.SIGKILL
+    shown = subprocess.run([FORGE, "show", "last", "--json"], env=env, capture_output=True,
+                           timeout=60)
+    session = orjson.loads(shown.stdout)
+    assert session["exit_code"] == 137 and session["ended_at"] is not None
+    assert len(session["exchanges"]) == 2
