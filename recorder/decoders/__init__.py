@@ -6,13 +6,14 @@ and looks only at the method and the path (query included).
 
 from __future__ import annotations
 
-from forge_record.decoders import anthropic_messages, gemini, openai_responses
+from forge_record.decoders import anthropic_messages, gemini, openai_chat, openai_responses
 from forge_record.decoders.base import Dialect, ResponseDecoder
 
 # Matching is by path suffix, so order matters only if two suffixes could overlap; these
-# (…/messages, …/responses, …/responses/compact) do not.
+# (…/messages, …/chat/completions, …/responses, …/responses/compact) do not.
 DIALECTS: tuple[Dialect, ...] = (
     anthropic_messages.DIALECT,
+    openai_chat.DIALECT,  # …/chat/completions
     openai_responses.DIALECT,
     *gemini.DIALECTS,  # …/models/{model}:{method} and …/v1internal:{method}
 )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -38,6 +39,7 @@ from forge_record.records import (
     Other,
     Reasoning,
     Request,
+    Response,
     Text,
     Tool,
     ToolCall,
@@ -71,6 +73,31 @@ def load_object(body: bytes, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DecodeError(f"{what} is not a JSON object")
     return data
+
+
+class BodyDecoder:
+    """A whole JSON body: buffered, turned into a Response by `to_response` at finish."""
+
+    def __init__(self, to_response: Callable[[dict[str, Any]], Response]) -> None:
+        self._to_response = to_response
+        self._chunks: list[bytes] = []
+        self._complete = False
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    def feed(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+
+    def finish(self) -> Response:
+        data = load_object(b"".join(self._chunks), "response body")
+        try:
+            response = self._to_response(data)
+        except SHAPE_ERRORS as e:
+            raise DecodeError(f"response body has an unexpected shape: {e!r}") from e
+        self._complete = True  # an error body is whole too; Response.error tells it apart
+        return response
 
 
 def parse_arguments(raw: str) -> tuple[Any, bool]:

@@ -20,7 +20,12 @@ from typing import Any
 
 import orjson
 
-from forge_record.decoders.openai_items import SHAPE_ERRORS, load_object, parse_responses_request
+from forge_record.decoders.openai_items import (
+    SHAPE_ERRORS,
+    BodyDecoder,
+    load_object,
+    parse_responses_request,
+)
 from forge_record.decoders.openai_responses_fold import ResponsesFold, response_record
 from forge_record.errors import DecodeError
 from forge_record.records import Request, Response
@@ -39,30 +44,6 @@ def _body_response(data: dict[str, Any]) -> Response:
 
 
 # --- decoders and the dialect --------------------------------------------------------------
-
-
-class _BodyDecoder:
-    """A whole JSON body: buffered, parsed at finish."""
-
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    def feed(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-
-    def finish(self) -> Response:
-        data = load_object(b"".join(self._chunks), "response body")
-        try:
-            response = _body_response(data)
-        except SHAPE_ERRORS as e:
-            raise DecodeError(f"response body has an unexpected shape: {e!r}") from e
-        self._complete = True  # an error body is whole too; Response.error tells it apart
-        return response
 
 
 class _StreamDecoder:
@@ -120,9 +101,9 @@ class OpenAIResponses:
         except SHAPE_ERRORS as e:
             raise DecodeError(f"request body has an unexpected shape: {e!r}") from e
 
-    def response_decoder(self, content_type: str) -> _StreamDecoder | _BodyDecoder:
+    def response_decoder(self, content_type: str) -> _StreamDecoder | BodyDecoder:
         media_type = content_type.partition(";")[0].strip().lower()
-        return _StreamDecoder() if media_type == "text/event-stream" else _BodyDecoder()
+        return _StreamDecoder() if media_type == "text/event-stream" else BodyDecoder(_body_response)
 
 
 DIALECT = OpenAIResponses()

@@ -154,14 +154,15 @@ class ResponsesFold:
 
     def finish(self) -> Response:
         output = self._final_output
-        if not output:  # missing or empty: rebuild the items from the stream
-            output = [self._done.get(i) or self._joined(i)
-                      for i in sorted(self._items.keys() | self._done.keys())]
         try:
+            if not output:  # missing or empty: rebuild the items from the stream
+                output = [self._done[i] if i in self._done else self._joined(i)
+                          for i in sorted(self._items.keys() | self._done.keys())]
             response = response_record(self._response, output)
         except SHAPE_ERRORS:  # an item of the wrong shape: keep the items verbatim
-            response = response_record(self._response, [])
-            self._keep("undecoded_events", {"output": output})
+            response = Response(id=_str(self._response.get("id")),
+                                model=_str(self._response.get("model")))
+            self._keep("undecoded_events", {"response": self._response, "output": output})
         response.error = self._error or response.error
         response.extras.update(self._extras)
         return response
@@ -175,9 +176,9 @@ class ResponsesFold:
         if kind in _LIFECYCLE or kind in _TERMINAL:
             self._on_response(kind, event["response"])
         elif kind == "response.output_item.added":
-            self._items[event["output_index"]] = copy.deepcopy(event["item"])
+            self._items[_index(event)] = copy.deepcopy(_object(event["item"]))
         elif kind == "response.output_item.done":
-            self._done[event["output_index"]] = event["item"]
+            self._done[_index(event)] = _object(event["item"])
         elif family in _GROWING and step in ("delta", "done"):
             self._on_growing(family, step, event)
         elif family in _PARTS and step in ("added", "done"):
@@ -192,24 +193,27 @@ class ResponsesFold:
             self._keep("unknown_events", event)
 
     def _on_response(self, kind: str, response: dict[str, Any]) -> None:
-        snapshot = {k: v for k, v in response.items() if k != "output"}
+        snapshot = {k: v for k, v in _object(response).items() if k != "output"}
         if kind in _TERMINAL:
+            output = response.get("output")
+            if output is not None and not isinstance(output, list):
+                raise TypeError("output is not a list")
             # the terminal response is the whole truth; nothing from earlier snapshots stays
             self._response, self._terminal = snapshot, kind
-            self._final_output = response.get("output")
+            self._final_output = output
         else:
             self._response.update(snapshot)
 
     def _item(self, event: dict[str, Any], item_type: str) -> dict[str, Any]:
-        index = event["output_index"]
+        index = _index(event)
         if index not in self._items:  # a delta with no output_item.added before it
             self._items[index] = {"type": item_type, "id": event.get("item_id")}
         return self._items[index]
 
     def _on_growing(self, family: str, step: str, event: dict[str, Any]) -> None:
         list_field, index_key, leaf, item_type, new_part = _GROWING[family]
-        index = event["output_index"]
         item = self._item(event, item_type)
+        index = event["output_index"]
         key: tuple = (index, leaf)
         if list_field is not None:
             sub = event[index_key]
@@ -226,8 +230,8 @@ class ResponsesFold:
 
     def _on_part(self, family: str, event: dict[str, Any]) -> None:
         list_field, index_key = _PARTS[family]
-        index, sub = event["output_index"], event[index_key]
         item = self._item(event, "message" if list_field == "content" else "reasoning")
+        index, sub = event["output_index"], event[index_key]
         _slot(item, list_field, sub, None)
         item[list_field][sub] = copy.deepcopy(event["part"])
         for key in [k for k in self._fragments if k[:3] == (index, list_field, sub)]:
@@ -247,6 +251,23 @@ class ResponsesFold:
             _set(item, key[1:], (start if isinstance(start, str) else "")
                  + "".join(self._fragments.pop(key)))
         return item
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event["output_index"]
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise TypeError(f"bad output_index {index!r}")
+    return index
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError("not an object")
+    return value
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _slot(item: dict[str, Any], list_field: str, sub: int, new_part: dict | None) -> None:
