@@ -66,9 +66,9 @@ NOT_FOUND = Reply.json({"error": {"type": "not_found_error", "message": "no such
 
 
 def default_routes() -> list[Route]:
-    from forge_record.mock import anthropic, gemini
+    from forge_record.mock import anthropic, gemini, openai
 
-    return [*anthropic.ROUTES, *gemini.ROUTES]
+    return [*anthropic.ROUTES, *gemini.ROUTES, *openai.ROUTES]
 
 
 @dataclass
