@@ -18,6 +18,7 @@ from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.capture import finalize
 from forge_record.decoders import dialect_named
+from forge_record.harness_shims.generic import Generic
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.records import COMPLETE, Text, ToolCall, ToolResult
 from forge_record.trust import ca_files, confdir
@@ -224,3 +225,8 @@ def test_other_responses_paths_pass_through_unrecorded(recorded):
         client.responses.retrieve("resp_123")
     time.sleep(0.2)
     assert exchanges == []
+
+
+def test_generic_shim_intercepts_the_openai_hosts():
+    # chatgpt.com: Codex with a ChatGPT login calls chatgpt.com/backend-api/codex/responses
+    assert {"api.openai.com", "chatgpt.com"} <= set(Generic.model_hosts)
