@@ -8,4 +8,8 @@ from forge_record.harness_shims.base import Shim
 
 class Generic(Shim):
     name = "generic"
-    model_hosts = ("api.anthropic.com",)
+    model_hosts = (
+        "api.anthropic.com",
+        "api.openai.com",
+        "chatgpt.com",  # Codex with ChatGPT login: chatgpt.com/backend-api/codex/responses
+    )
