@@ -230,3 +230,27 @@ def test_other_responses_paths_pass_through_unrecorded(recorded):
 def test_generic_shim_intercepts_the_openai_hosts():
     # chatgpt.com: Codex with a ChatGPT login calls chatgpt.com/backend-api/codex/responses
     assert {"api.openai.com", "chatgpt.com"} <= set(Generic.model_hosts)
+
+
+def test_a_compatible_server_in_the_clear_is_recorded_when_it_speaks_chat(mock, ca_home):
+    """An OpenAI-compatible server (vLLM, Ollama, LM Studio) that is no known model host,
+    reached through HTTP_PROXY in the clear: recorded because its body speaks the dialect."""
+    exchanges = Arrivals()
+    proxy = InProcessProxy(Recorder(exchanges.append, model_hosts=["api.openai.com"]),
+                           mode="regular", confdir=confdir(ca_home))
+    http = openai.DefaultHttpxClient(proxy=f"http://127.0.0.1:{proxy.start()}")
+    client = openai.OpenAI(api_key=API_KEY, base_url=mock.url + "/v1", http_client=http,
+                           max_retries=0)
+    try:
+        with client.chat.completions.stream(model="Qwen/Qwen3-8B", tools=CHAT_TOOLS,
+                                            messages=[{"role": "user", "content": PROMPT}]) as s:
+            completion = s.get_final_completion()
+        http.post(mock.url + "/v1/chat/completions", content=b"not a model call")
+        [ex] = [finalize(e) for e in exchanges.wait(1)]
+        time.sleep(0.2)
+    finally:
+        client.close()
+        proxy.stop()
+    assert len(exchanges) == 1 and ex.url == mock.url + "/v1/chat/completions"
+    assert ex.status == COMPLETE and ex.dialect == "openai.chat"
+    assert ex.response == as_body_record("openai.chat", completion)

@@ -284,6 +284,7 @@ class _StreamDecoder:
 
 class OpenAIChat:
     name = "openai.chat"
+    body_keys = (b'"messages"',)  # how a body on an unknown host shows it is ours
 
     def matches(self, method: str, path: str) -> bool:
         route = path.partition("?")[0].rstrip("/")

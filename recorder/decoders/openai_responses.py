@@ -80,6 +80,7 @@ class _StreamDecoder:
 
 class OpenAIResponses:
     name = "openai.responses"
+    body_keys = (b'"input"',)  # how a body on an unknown host shows it is ours
 
     @staticmethod
     def _route(path: str) -> str | None:
