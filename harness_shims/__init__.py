@@ -9,9 +9,22 @@ import os
 
 from forge_record.harness_shims.base import CaFiles, Shim
 from forge_record.harness_shims.claude_code import ClaudeCode
+from forge_record.harness_shims.aider import Aider
+from forge_record.harness_shims.gemini_cli import GeminiCli
 from forge_record.harness_shims.generic import Generic
+from forge_record.harness_shims.goose import Goose
+from forge_record.harness_shims.opencode import OpenCode
+from forge_record.harness_shims.qwen_code import QwenCode
 
-SHIMS: tuple[Shim, ...] = (ClaudeCode(), Generic())
+SHIMS: tuple[Shim, ...] = (
+    ClaudeCode(),
+    GeminiCli(),
+    OpenCode(),
+    QwenCode(),
+    Aider(),
+    Goose(),
+    Generic(),  # last: detect() falls back to it
+)
 
 __all__ = ["SHIMS", "CaFiles", "Shim", "detect", "shim_named"]
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from forge_record import __version__
-from forge_record.commands import run, sessions, show
+from forge_record.commands import doctor, harnesses, run, sessions, show
 from forge_record.errors import ForgeRecordError
 
 
@@ -21,6 +21,8 @@ def cli() -> None:
 cli.add_command(run.run)
 cli.add_command(sessions.sessions)
 cli.add_command(show.show)
+cli.add_command(doctor.doctor)
+cli.add_command(harnesses.harnesses)
 
 
 def main() -> None:

@@ -575,3 +575,12 @@ def test_snake_case_fields_read_like_camel_case():
     assert image.media_type == "image/png"
     assert request.tools == [Tool(name="glob", parameters={"type": "object"})]
     assert request.parameters == {"generation_config": snake["generation_config"]}
+
+
+def test_request_text_parts_keep_their_boundaries():
+    """Gemini CLI sends its session context and the prompt as two parts of one message."""
+    content = {"role": "user", "parts": [{"text": "<session_context>…</session_context>"},
+                                         {"text": "Run the tests"}]}
+    request = GENERATE.parse_request(orjson.dumps({"contents": [content]}))
+    assert request.messages[0].content == [Text(text="<session_context>…</session_context>"),
+                                           Text(text="Run the tests")]

@@ -57,7 +57,7 @@ def _blocks(content: Any) -> list[Block]:
         return []
     if isinstance(content, str):  # some clients send systemInstruction as a bare string
         return [Text(text=content)] if content else []
-    fold = PartFold()
+    fold = PartFold(merge_text=False)
     for part in camel(content).get("parts") or ():
         fold.add(part)
     return fold.blocks()

@@ -2,8 +2,10 @@
 
 `PartFold` folds a sequence of parts (one `Content`, or every chunk of a stream) into blocks:
 
-- `text` parts become `Text`, `thought: true` parts `Reasoning`. Consecutive parts of the same
-  kind are joined, so a stream cut into many chunks folds to the same blocks as one body.
+- `text` parts become `Text`, `thought: true` parts `Reasoning`. In a response, consecutive
+  parts of the same kind are joined, so a stream cut into many chunks folds to the same blocks
+  as one body; in a request each part stays a block of its own (Gemini CLI sends its session
+  context and the prompt as two text parts, and the boundary means something).
 - `thoughtSignature` seals the thinking before it: it becomes the `signature` of the open
   `Reasoning`, or of an empty `Reasoning(signature=...)` placed before the part it rides on
   (Gemini puts it on the first text or functionCall part after the hidden thinking).
@@ -78,7 +80,8 @@ def _b64(data: str) -> bytes:
 
 
 class PartFold:
-    def __init__(self) -> None:
+    def __init__(self, merge_text: bool = True) -> None:
+        self._merge = merge_text
         self._blocks: list[Block] = []
         self._growing: Text | Reasoning | None = None  # the last block, still taking text
         self._fragments: list[str] = []  # its text so far, joined once when it closes
@@ -121,12 +124,12 @@ class PartFold:
     # --- text and thinking ---------------------------------------------------------------
 
     def _add_text(self, text: str) -> None:
-        if not isinstance(self._growing, Text):
+        if not (self._merge and isinstance(self._growing, Text)):
             self._append(Text(text=""), grows=True)
         self._fragments.append(text)
 
     def _add_reasoning(self, text: str, signature: str | None) -> None:
-        if not isinstance(self._growing, Reasoning):
+        if not (self._merge and isinstance(self._growing, Reasoning)):
             self._append(Reasoning(), grows=True)
         self._fragments.append(text)
         if signature:

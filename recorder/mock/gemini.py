@@ -63,7 +63,10 @@ def agent_script(request: dict) -> dict:
         return {"parts": [{"text": f"The command printed: {text}"}], "finishReason": "STOP"}
     prompt = " ".join(p.get("text", "") for p in parts)
     if TOOL_MARKER in prompt and SHELL_TOOL in _declared(request):
-        call = {"name": SHELL_TOOL, "args": {"command": f"echo {TOOL_MARKER}-output-$((6*7))"}}
+        # The output, f"{TOOL_MARKER}-output-42", is not in the command text, so seeing it
+        # proves the command ran. Gemini CLI refuses $(...) and $((...)) substitutions.
+        call = {"name": SHELL_TOOL,
+                "args": {"command": f"printf '%s-output-%d\\n' {TOOL_MARKER} 42"}}
         return {"parts": [{"text": "I'll run that command."}, {"functionCall": call}],
                 "finishReason": "STOP"}
     return {"parts": [{"text": "OK from the mock."}], "finishReason": "STOP"}

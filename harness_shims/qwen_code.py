@@ -1,0 +1,35 @@
+"""Qwen Code (`qwen`, npm @qwen-code/qwen-code; configured per its docs, not run here).
+
+With an API key Qwen Code speaks OpenAI Chat Completions to OPENAI_BASE_URL (PROTOCOLS.md
+§2.6 (a)). auto mode is reverse when OPENAI_BASE_URL and OPENAI_API_KEY are both set: the
+variable then points at the proxy and the user's base URL (DashScope, a local vLLM, a
+gateway, its path prefix kept) stays the upstream. That is also how a model server on
+127.0.0.1 gets recorded: loopback is in NO_PROXY, so forward mode would never see it.
+
+Qwen OAuth ignores OPENAI_BASE_URL: inference goes to the `resource_url` of the stored
+credentials (portal.qwen.ai, or DashScope) (§2.6 (d)), so without an API key auto mode is
+forward: HTTPS_PROXY (its fetch dispatcher, inherited from Gemini CLI, honours it; §2.6 (b))
+and NODE_EXTRA_CA_CERTS (§2.6 (c)).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from forge_record.harness_shims.base import Shim
+
+
+class QwenCode(Shim):
+    name = "qwen-code"
+    executables = ("qwen",)
+    model_hosts = ("portal.qwen.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com",
+                   "api.openai.com")
+    base_url_var = "OPENAI_BASE_URL"
+    default_base_url = "https://dashscope.aliyuncs.com/compatible-mode/v1"
+    user_agent_pattern = re.compile(r"QwenCode/([\w.+-]+)")
+    verified = "configuration only (PROTOCOLS.md §2.6)"
+
+    def auto_mode(self, environ: Mapping[str, str]) -> str:
+        api_key_mode = environ.get(self.base_url_var) and environ.get("OPENAI_API_KEY")
+        return "reverse" if api_key_mode else "forward"

@@ -1,0 +1,253 @@
+"""`forge-record doctor [CMD...]`: what a run of CMD would do, then an offline self-test.
+
+It says which shim and mode `forge-record run -- CMD` would pick, the environment that run
+would give CMD, and whether each runtime family would trust the forge-record CA with it (a CLI
+that does not trust the CA hangs retrying rather than failing, so this is checked before a
+run, not guessed after one). Then it tests the record path for real and offline: it starts
+the proxy and a mock model API on 127.0.0.1, and sends one model request through the proxy in
+forward mode (TLS intercepted with the CA, verified with the bundle Python clients get; plus a
+TLS handshake from Node verified through NODE_EXTRA_CA_CERTS when `node` is installed) and in
+reverse mode, checking each time that the reply arrived byte for byte as a direct call's and
+that the call was recorded. Exit status: 0 when every check passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import click
+import orjson
+
+from forge_record import harness_shims, launch, trust
+from forge_record.commands.run import plan_route
+from forge_record.errors import ForgeRecordError, UsageError
+from forge_record.harness_shims import CaFiles, Shim
+from forge_record.paths import home
+
+PLACEHOLDER = "http://127.0.0.1:<port>"
+GEMINI_HOSTS = ("generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com")
+PROBES = {  # dialect family -> (path, body) of one small model request
+    "gemini": ("/v1beta/models/gemini-2.5-flash:generateContent",
+               {"contents": [{"role": "user", "parts": [{"text": "doctor"}]}]}),
+    "anthropic": ("/v1/messages", {"model": "claude-doctor", "max_tokens": 16,
+                                   "messages": [{"role": "user", "content": "doctor"}]}),
+}
+# runtime family -> the variables it reads; True marks a variable that replaces the trust
+# store (so it needs the system roots too), False one that adds to it.
+FAMILIES = {
+    "Node, Bun": {"NODE_EXTRA_CA_CERTS": False},
+    "Python (httpx, requests)": {"SSL_CERT_FILE": True, "REQUESTS_CA_BUNDLE": True},
+    "Rust (Codex, goose)": {"CODEX_CA_CERTIFICATE": False, "GOOSE_CA_CERT_PATH": False},
+    "Go, OpenSSL, curl": {"SSL_CERT_FILE": True, "CURL_CA_BUNDLE": True},
+}
+REPLACED = ("HTTPS_PROXY", "HTTP_PROXY", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
+            "REQUESTS_CA_BUNDLE")
+NODE_PROBE = """
+const http = require('http'), tls = require('tls');
+const [port, host] = process.argv.slice(1);
+const fail = (e) => { console.log('error: ' + e.message); process.exit(1); };
+const req = http.request({host: '127.0.0.1', port, method: 'CONNECT', path: host + ':443'});
+req.on('connect', (res, socket) => {
+  const s = tls.connect({socket, servername: host}, () => { console.log('trusted'); s.destroy(); });
+  s.on('error', fail);
+});
+req.on('error', fail);
+req.end();
+"""
+
+
+class Report:
+    def __init__(self) -> None:
+        self.failed = False
+
+    def check(self, ok: bool | None, label: str, detail: str = "") -> None:
+        mark = {True: click.style("ok  ", fg="green"), False: click.style("FAIL", fg="red"),
+                None: "-   "}[ok]
+        self.failed |= ok is False
+        click.echo(f"  {mark} {label}" + (f": {detail}" if detail else ""))
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--harness", metavar="NAME", help="Harness shim to use (default: from CMD).")
+@click.option("--mode", type=click.Choice(["auto", "forward", "reverse"]), default="auto",
+              show_default=True, help="The routing mode to examine.")
+@click.option("--no-self-test", is_flag=True, help="Skip the offline self-test.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def doctor(harness, mode, no_self_test, command) -> None:
+    """Show how CMD would be recorded, and test the record path offline."""
+    argv, environ, report = list(command), dict(os.environ), Report()
+    shim = _shim(harness, argv)
+    _describe_command(argv, environ, shim, report)
+    try:
+        route = plan_route(shim, mode, environ, {})
+    except UsageError as e:
+        raise ForgeRecordError(str(e)) from e
+    click.echo(f"mode: {route.mode}" + (" (auto)" if mode == "auto" else ""))
+    conf = trust.confdir(home())
+    ca = _ensure_ca(conf)
+    env = (shim.reverse_env(PLACEHOLDER, environ) if route.mode == "reverse"
+           else shim.forward_env(PLACEHOLDER, ca, environ))
+    click.echo("environment it sets:")
+    for name in sorted(env):
+        click.echo(f"  {name}={env[name]}")
+    _trust(route.mode, env, ca, environ, report)
+    if not no_self_test:
+        _self_test(shim, conf, ca, report)
+    click.echo("result: " + ("problems found" if report.failed else "OK"))
+    if report.failed:
+        raise SystemExit(1)
+
+
+def _shim(name: str | None, argv: list[str]) -> Shim:
+    if name is None:
+        return harness_shims.detect(argv)
+    shim = harness_shims.shim_named(name)
+    if shim is None:
+        known = ", ".join(s.name for s in harness_shims.SHIMS)
+        raise UsageError(f"unknown harness {name!r} (known: {known})")
+    return shim
+
+
+def _describe_command(argv, environ, shim: Shim, report: Report) -> None:
+    click.echo("forge-record doctor")
+    if argv:
+        try:
+            report.check(True, f"command {argv[0]}", launch.resolve(argv, environ))
+        except ForgeRecordError as e:
+            report.check(False, f"command {argv[0]}", str(e))
+    how = "from --harness" if not argv or shim.name == "generic" else "from the command name"
+    click.echo(f"harness: {shim.name} ({how})")
+    click.echo(f"model hosts intercepted in forward mode: {', '.join(shim.model_hosts)}")
+
+
+def _ensure_ca(conf: Path) -> CaFiles:
+    from mitmproxy.certs import CertStore
+
+    CertStore.from_store(conf, "mitmproxy", 2048)  # made once, as the proxy would
+    return trust.ca_files(conf)
+
+
+# --- CA trust ----------------------------------------------------------------------------
+
+
+def _trust(mode: str, env: dict[str, str], ca: CaFiles, environ, report: Report) -> None:
+    click.echo("CA trust:")
+    if mode == "reverse":
+        report.check(None, "not needed", "the CLI talks plain HTTP to the proxy on 127.0.0.1")
+        return
+    ours = ssl.PEM_cert_to_DER_cert(Path(ca.cert).read_text())
+    for family, variables in FAMILIES.items():
+        set_here = {v: replaces for v, replaces in variables.items() if v in env}
+        if not set_here:
+            report.check(None, family, "not set by this harness")
+            continue
+        found = [_file_check(env[v], ours, r) for v, r in set_here.items()]
+        problems = [text for ok, text in found if not ok]
+        detail = "; ".join(problems) or "; ".join(f"{v}: {text}" for v, (_, text) in
+                                                  zip(set_here, found))
+        report.check(not problems, family, detail)
+    for name in REPLACED:
+        if environ.get(name) and name in env:
+            click.echo(f"  note: your {name}={environ[name]} is replaced during the run")
+
+
+def _file_check(path: str, ours: bytes, replaces: bool) -> tuple[bool, str]:
+    """Whether a CA file makes the runtime trust the proxy (and, for a file that replaces
+    the trust store, every other host too), and what it holds."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        ctx.load_verify_locations(cafile=path)
+    except (OSError, ssl.SSLError) as e:
+        return False, f"{path}: {e}"
+    certs = ctx.get_ca_certs(binary_form=True)
+    if ours not in certs:
+        return False, f"{path} does not hold the forge-record CA"
+    if not replaces:
+        return True, "the forge-record CA (added to the runtime's roots)"
+    if len(certs) < 2:
+        return False, f"{path} holds only the forge-record CA; every other host would fail"
+    return True, f"{len(certs) - 1} system roots + the forge-record CA"
+
+
+# --- the offline self-test ---------------------------------------------------------------
+
+
+def _self_test(shim: Shim, conf: Path, ca: CaFiles, report: Report) -> None:
+    from forge_record.mock import MockUpstream
+
+    host = shim.model_hosts[0] if shim.model_hosts else "api.anthropic.com"
+    path, body = PROBES["gemini" if host in GEMINI_HOSTS else "anthropic"]
+    click.echo(f"self-test (offline; {host} sent to a mock on 127.0.0.1):")
+    with MockUpstream() as mock:
+        direct = _post(mock.url + path, body)
+        for mode in ("forward", "reverse"):
+            try:
+                _probe(mode, host, path, body, direct, mock.url, conf, ca, report)
+            except Exception as e:  # noqa: BLE001 - a failed probe is a finding, not a crash
+                report.check(False, f"{mode} mode", f"{type(e).__name__}: {e}")
+
+
+def _probe(mode, host, path, body, direct, mock_url, conf, ca: CaFiles, report) -> None:
+    from forge_record.addons.proxy import InProcessProxy
+    from forge_record.addons.recorder import Recorder
+
+    got: list = []
+    upstreams = {host: mock_url}
+    if mode == "forward":
+        addon = Recorder(got.append, model_hosts=[host], upstreams=upstreams)
+        proxy = InProcessProxy(addon, mode="regular", confdir=conf)
+    else:
+        addon = Recorder(got.append, upstreams=upstreams, record_any_host=True)
+        proxy = InProcessProxy(addon, mode=f"reverse:https://{host}", confdir=conf)
+    port = proxy.start()
+    try:
+        if mode == "forward":
+            reply = _post(f"https://{host}{path}", body, proxy_port=port, cafile=ca.bundle)
+            _node_probe(port, host, ca, report)
+        else:
+            reply = _post(f"http://127.0.0.1:{port}{path}", body)
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        proxy.stop()
+    how = "TLS trusted with the Python bundle, " if mode == "forward" else ""
+    report.check(reply == direct, f"{mode} mode: reply unchanged",
+                 f"{how}{len(reply)} bytes, as a direct call" if reply == direct else
+                 "the reply differs from a direct call")
+    recorded = [f"{e.dialect} {e.status}" for e in got]
+    report.check(recorded == [f"{got[0].dialect} complete"] if got else False,
+                 f"{mode} mode: recorded", ", ".join(recorded) or "nothing arrived")
+
+
+def _post(url: str, body: dict, proxy_port: int | None = None, cafile: str | None = None
+          ) -> bytes:
+    proxies = {"https": f"http://127.0.0.1:{proxy_port}"} if proxy_port else {}
+    handlers: list = [urllib.request.ProxyHandler(proxies)]  # {}: ignore the user's proxy
+    if cafile:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(
+            cafile=cafile)))
+    request = urllib.request.Request(url, data=orjson.dumps(body), method="POST", headers={
+        "content-type": "application/json", "x-api-key": "doctor-dummy-key"})
+    with urllib.request.build_opener(*handlers).open(request, timeout=20) as response:
+        return response.read()
+
+
+def _node_probe(port: int, host: str, ca: CaFiles, report: Report) -> None:
+    node = shutil.which("node")
+    if node is None:
+        report.check(None, "forward mode: Node trust", "node is not installed")
+        return
+    env = {**os.environ, "NODE_EXTRA_CA_CERTS": ca.cert}
+    proc = subprocess.run([node, "-e", NODE_PROBE, str(port), host], env=env, timeout=30,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    out = proc.stdout.strip() or proc.stderr.strip()[-200:]
+    report.check(out == "trusted", "forward mode: Node trust",
+                 "TLS handshake verified through NODE_EXTRA_CA_CERTS" if out == "trusted"
+                 else out)

@@ -1,0 +1,92 @@
+"""`forge-record doctor`: what it tells about a run, and its offline self-test, for real.
+
+The self-test starts the proxy and a mock API on 127.0.0.1 and sends requests through it in
+both modes (and a Node TLS handshake when node is installed); nothing here reaches the network.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forge_record.commands.doctor import _file_check
+
+FORGE = str(Path(sys.executable).with_name("forge-record"))
+
+
+def doctor(tmp_path, *args, **environ) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path / "home"), **environ}
+    for var in ("GOOGLE_GEMINI_BASE_URL", "HTTPS_PROXY", "https_proxy"):
+        if var not in environ:
+            env.pop(var, None)
+    return subprocess.run([FORGE, "doctor", *args], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_self_test_passes_offline(tmp_path):
+    proc = doctor(tmp_path, "--harness", "gemini-cli")
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "harness: gemini-cli" in out and "mode: forward (auto)" in out
+    assert "  NODE_EXTRA_CA_CERTS=" in out and "  HTTPS_PROXY=http://127.0.0.1:<port>" in out
+    for line in ("ok   forward mode: reply unchanged: TLS trusted with the Python bundle",
+                 "ok   forward mode: recorded: gemini.generate complete",
+                 "ok   reverse mode: reply unchanged",
+                 "ok   reverse mode: recorded: gemini.generate complete",
+                 "ok   Python (httpx, requests): SSL_CERT_FILE: "):
+        assert line in out, line
+    if shutil.which("node"):
+        assert "ok   forward mode: Node trust: TLS handshake verified" in out
+    assert out.rstrip().endswith("result: OK")
+
+
+def test_reverse_mode_needs_no_ca(tmp_path):
+    proc = doctor(tmp_path, "--no-self-test", "--", "gemini", "-p", "hi",
+                  GOOGLE_GEMINI_BASE_URL="https://gw.example/gemini")
+    assert "mode: reverse (auto)" in proc.stdout
+    assert "  GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:<port>" in proc.stdout
+    assert "-    not needed" in proc.stdout
+
+
+def test_missing_command_is_a_problem(tmp_path):
+    proc = doctor(tmp_path, "--no-self-test", "--", "no-such-agent-xyz")
+    assert proc.returncode == 1
+    assert "FAIL command no-such-agent-xyz: command not found" in proc.stdout
+    assert "harness: generic" in proc.stdout and "GOOSE_CA_CERT_PATH=" in proc.stdout
+    assert proc.stdout.rstrip().endswith("result: problems found")
+
+
+def test_impossible_mode_is_a_one_line_error(tmp_path):
+    proc = doctor(tmp_path, "--no-self-test", "--harness", "goose", "--mode", "reverse")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "use --mode forward" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory):
+    from mitmproxy.certs import CertStore
+
+    from forge_record.trust import ca_files, confdir
+
+    conf = confdir(tmp_path_factory.mktemp("home"))
+    CertStore.from_store(conf, "mitmproxy", 2048)
+    return ca_files(conf)
+
+
+def test_trust_checks_can_fail(ca, tmp_path):
+    ours = ssl.PEM_cert_to_DER_cert(Path(ca.cert).read_text())
+    assert _file_check(ca.bundle, ours, replaces=True)[0]
+    assert _file_check(ca.cert, ours, replaces=False)[0]
+    ok, why = _file_check(ca.cert, ours, replaces=True)  # the CA alone replacing the store
+    assert not ok and "every other host would fail" in why
+    system_only = tmp_path / "system.pem"
+    system_only.write_text(Path(ca.bundle).read_text().rpartition("-----BEGIN")[0])
+    ok, why = _file_check(str(system_only), ours, replaces=True)
+    assert not ok and "does not hold the forge-record CA" in why
+    assert not _file_check(str(tmp_path / "missing.pem"), ours, replaces=False)[0]

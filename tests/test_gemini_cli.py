@@ -1,0 +1,113 @@
+"""The real Gemini CLI, run through `forge-record run` against the mock upstream.
+
+Setup as PROTOCOLS.md part 3 says: a fresh HOME whose ~/.gemini/settings.json picks API-key
+auth and turns off folder trust, usage statistics, telemetry and auto-update; a dummy
+GEMINI_API_KEY. The mock asks for a `run_shell_command` call; Gemini CLI runs it (--yolo) and
+sends back its output; the mock answers with it. The stored session must hold all three: the
+call, its result and the final answer, in forward mode (HTTPS_PROXY + NODE_EXTRA_CA_CERTS, the
+real host kept) and reverse mode (GOOGLE_GEMINI_BASE_URL).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import require
+
+from forge_record.mock import TOOL_MARKER, MockUpstream
+
+pytestmark = [pytest.mark.slow, pytest.mark.cli]
+
+ROOT = Path(__file__).resolve().parent.parent
+DUMMY_KEY = "AIzaSy-dummy-gemini-e2e-key-never-real-00"
+FORGE = str(Path(sys.executable).with_name("forge-record"))
+SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+}
+
+
+def find_gemini() -> str | None:
+    local = ROOT / ".cache/npm/node_modules/.bin/gemini"
+    return str(local) if local.exists() else shutil.which("gemini")
+
+
+@pytest.fixture
+def gemini_env(tmp_path):
+    gemini = find_gemini()
+    require(gemini is not None, "Gemini CLI is not installed (.ci/run installs it with npm)")
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_bytes(orjson.dumps(SETTINGS))
+    (tmp_path / "work").mkdir()
+    return {
+        "PATH": f"{Path(gemini).parent}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "FORGE_RECORD_HOME": str(tmp_path / "forge"),
+        "GEMINI_API_KEY": DUMMY_KEY,
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+    }
+
+
+def forge(env, *args, timeout=180) -> subprocess.CompletedProcess:
+    return subprocess.run([FORGE, *args], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout, cwd=Path(env["TMPDIR"]) / "work")
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_gemini_cli_tool_call_is_recorded(gemini_env, mode):
+    with MockUpstream() as mock:
+        proc = forge(
+            gemini_env, "run", "--mode", mode,
+            "--upstream", f"generativelanguage.googleapis.com={mock.url}", "--",
+            "gemini", "-p", f"Run the {TOOL_MARKER} command", "--yolo", "-m", "gemini-2.5-flash",
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert f"{TOOL_MARKER}-output-42" in proc.stdout  # the tool really ran
+        paths = [r.path for r in mock.requests]
+    assert paths.count("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse") >= 2
+    assert "model calls" in proc.stderr.splitlines()[-1]
+
+    shown = forge(gemini_env, "show", "last", "--json")
+    assert shown.returncode == 0, shown.stderr
+    session = orjson.loads(shown.stdout)
+    assert session["harness"] == "gemini-cli" and session["harness_version"] == "0.61.0"
+    assert session["exit_code"] == 0
+    turns = [e for e in session["exchanges"] if e["dialect"] == "gemini.generate"
+             and e["kind"] == "model"]
+    assert all(e["status"] == "complete" for e in turns), [e["flags"] for e in turns]
+    assert all(e["url"].startswith("https://generativelanguage.googleapis.com/v1beta/models/"
+                                   "gemini-2.5-flash:streamGenerateContent") for e in turns)
+    call_turn = next(e for e in turns if any(b["type"] == "tool_call"
+                                             for b in e["response"]["content"]))
+    assert call_turn["request"]["model"] == "gemini-2.5-flash" and call_turn["request"]["stream"]
+    assert "run_shell_command" in [t["name"] for t in call_turn["request"]["tools"]]
+    [call] = [b for b in call_turn["response"]["content"] if b["type"] == "tool_call"]
+    assert call["name"] == "run_shell_command" and TOOL_MARKER in call["arguments"]["command"]
+
+    final = turns[-1]
+    results = [b for m in final["request"]["messages"] for b in m["content"]
+               if b["type"] == "tool_result"]
+    assert results and results[-1]["name"] == "run_shell_command"
+    assert f"{TOOL_MARKER}-output-42" in orjson.dumps(results[-1]["content"]).decode()
+    history_calls = [b for m in final["request"]["messages"] if m["role"] == "assistant"
+                     for b in m["content"] if b["type"] == "tool_call"]
+    assert results[-1]["tool_call_id"] in [c["id"] for c in history_calls]
+    answer = final["response"]["content"][-1]["text"]
+    assert answer.startswith("The command printed") and f"{TOOL_MARKER}-output-42" in answer
+
+    text = forge(gemini_env, "show", "last")
+    assert "→ run_shell_command" in text.stdout and "The command printed" in text.stdout
+
+    db = Path(gemini_env["FORGE_RECORD_HOME"]) / "traces.db"
+    for path in db.parent.glob("traces.db*"):
+        assert DUMMY_KEY.encode() not in path.read_bytes()
