@@ -79,6 +79,7 @@ class MockUpstream:
     options: dict[str, Any] = field(default_factory=dict)
     routes: list[Route] = field(default_factory=default_routes)
     requests: list[Received] = field(default_factory=list)
+    websockets: list[Any] = field(default_factory=list)  # openai_ws.Connection, one per upgrade
 
     def __post_init__(self) -> None:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -121,7 +122,13 @@ def _handler_for(mock: MockUpstream) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
 
         def do_GET(self) -> None:
-            self._send(mock.reply_to(self._receive()))
+            received = self._receive()
+            from forge_record.mock import openai_ws
+
+            if openai_ws.is_upgrade(received):
+                openai_ws.serve(mock, self, received)
+                return
+            self._send(mock.reply_to(received))
 
         do_POST = do_GET
 

@@ -1,0 +1,106 @@
+"""The complete context of Responses calls chained by `previous_response_id`.
+
+Over its WebSocket, Codex sends each call only its new input items plus the id of the
+response before it; the model sees that response's whole input, then its output, then the
+new items. A record of what the model saw must hold all of it, so `ResponseChains.stitch`
+rebuilds it: each finished exchange is remembered as a link (its parent link, its new input
+messages, then its answer as one assistant message), and an exchange that names a previous
+response gets that link's whole chain put in front of its own messages.
+
+Contract:
+- It works on records, after `capture.finalize` has parsed (and redacted) the request and
+  the response, so the context holds only what was already cleaned. It runs in the writer
+  thread, in the order exchanges were submitted, which is the order they ended: a response
+  always ends before a call can name it.
+- Only WebSocket exchanges (`ws://`, `wss://`) are chained or remembered. Over HTTP a client
+  sends the whole context itself (Codex does), and remembering every such request would cost
+  memory that grows with the square of the conversation; links here share their parents, so
+  memory grows with the items seen.
+- One `ResponseChains` serves a whole recording session: response ids are unique, so a chain
+  that goes on over a new connection (Codex reconnects after errors and after 60 minutes)
+  resolves too.
+- A previous id it does not know (the response was made before recording began, or its
+  exchange could not be decoded) leaves the exchange with only its own messages and the flag
+  `unresolved_previous_response`; calls chained after it carry the same flag.
+- A warm-up (`"generate": false`) becomes a `side` exchange; it is remembered like any call,
+  because the next call names it.
+- `stitch` never raises: it is a step of the writer's `prepare`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from forge_record.records import Exchange, Message
+
+log = logging.getLogger("forge_record")
+
+DIALECT = "openai.responses"
+UNRESOLVED = "unresolved_previous_response"
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    parent: _Link | None
+    messages: tuple[Message, ...]  # this call's new input, then its answer
+    whole: bool  # every response up the chain was known
+
+
+class ResponseChains:
+    def __init__(self) -> None:
+        self._links: dict[str, _Link] = {}
+
+    def __len__(self) -> int:
+        return len(self._links)
+
+    def stitch(self, exchange: Exchange) -> Exchange:
+        """The exchange with its request's messages made complete, remembered for the calls
+        that will name it."""
+        if not _chained_transport(exchange):
+            return exchange
+        try:
+            self._stitch(exchange)
+        except Exception:  # noqa: BLE001 - the exchange is still stored, as parsed
+            log.exception("forge-record: cannot rebuild the context of %s", exchange.url)
+        return exchange
+
+    def _stitch(self, exchange: Exchange) -> None:
+        request = exchange.request
+        assert request is not None
+        params = request.parameters
+        if params.get("generate") is False:
+            exchange.kind = "side"
+        previous = params.get("previous_response_id")
+        parent = self._links.get(previous) if isinstance(previous, str) else None
+        whole = previous is None or (parent is not None and parent.whole)
+        if not whole and UNRESOLVED not in exchange.flags:
+            exchange.flags.append(UNRESOLVED)
+        new = list(request.messages)
+        if parent is not None:
+            request.messages = context(parent) + new
+        self._remember(exchange, parent, new, whole)
+
+    def _remember(self, exchange: Exchange, parent: _Link | None, new: list[Message],
+                  whole: bool) -> None:
+        response = exchange.response
+        if response is None or not response.id:
+            return  # nothing can name it
+        answer = [Message(role="assistant", content=list(response.content))]
+        self._links[response.id] = _Link(parent, tuple(new + answer if response.content
+                                                        else new), whole)
+
+
+def context(link: _Link) -> list[Message]:
+    """Every message of the chain ending at `link`, oldest first."""
+    chain: list[tuple[Message, ...]] = []
+    node: _Link | None = link
+    while node is not None:
+        chain.append(node.messages)
+        node = node.parent
+    return [m for messages in reversed(chain) for m in messages]
+
+
+def _chained_transport(exchange: Exchange) -> bool:
+    return (exchange.dialect == DIALECT and exchange.request is not None
+            and exchange.url.startswith(("ws://", "wss://")))
