@@ -9,6 +9,7 @@ import os
 
 from forge_record.harness_shims.base import CaFiles, Shim
 from forge_record.harness_shims.claude_code import ClaudeCode
+from forge_record.harness_shims.codex import Codex
 from forge_record.harness_shims.aider import Aider
 from forge_record.harness_shims.gemini_cli import GeminiCli
 from forge_record.harness_shims.generic import Generic
@@ -18,6 +19,7 @@ from forge_record.harness_shims.qwen_code import QwenCode
 
 SHIMS: tuple[Shim, ...] = (
     ClaudeCode(),
+    Codex(),
     GeminiCli(),
     OpenCode(),
     QwenCode(),

@@ -45,6 +45,13 @@ class Shim:
         assert self.base_url_var is not None
         return {self.base_url_var: proxy_url}
 
+    def reverse_argv(
+        self, argv: list[str], proxy_url: str, environ: Mapping[str, str]
+    ) -> list[str]:
+        """The command line to run in reverse mode, for CLIs whose base URL is set by
+        flags rather than by a variable (Codex's `-c` overrides). Unchanged by default."""
+        return argv
+
     def forward_env(
         self, proxy_url: str, ca: CaFiles, environ: Mapping[str, str]
     ) -> dict[str, str]:

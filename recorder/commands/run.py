@@ -89,7 +89,9 @@ def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[s
 def record(argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose) -> int:
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
+    from forge_record.addons.websocket import WebSocketRecorder
     from forge_record.capture import finalize
+    from forge_record.chain import ResponseChains
     from forge_record.store import Writer
 
     session = Session(
@@ -102,7 +104,8 @@ def record(argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose)
         tags=tags,
         started_at=time.time(),
     )
-    writer = Writer(open_store(url), prepare=finalize)
+    chains = ResponseChains()  # rebuilds WebSocket calls' full context, in the writer thread
+    writer = Writer(open_store(url), prepare=lambda exchange: chains.stitch(finalize(exchange)))
     writer.submit_session(session)
     seen = _VersionSniffer(shim)
 
@@ -118,7 +121,8 @@ def record(argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose)
     )
     conf = trust.confdir(home())
     proxy = InProcessProxy(
-        addon, mode=route.mitm_mode, confdir=conf, settings=settings, verbose=verbose > 1
+        WebSocketRecorder(addon), mode=route.mitm_mode, confdir=conf, settings=settings,
+        verbose=verbose > 1,
     )
     exit_code = None
     try:
@@ -126,6 +130,7 @@ def record(argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose)
         env = dict(os.environ)
         if route.mode == "reverse":
             env.update(shim.reverse_env(proxy_url, env))
+            argv = shim.reverse_argv(argv, proxy_url, env)
         else:
             env.update(shim.forward_env(proxy_url, trust.ca_files(conf), env))
         exit_code = launch.run_child(argv, env)

@@ -1,0 +1,202 @@
+"""The real Codex CLI, run through `forge-record run` against the mock upstream, in both of its
+transports: a custom provider over HTTP SSE, and the built-in provider over the Responses
+WebSocket (warm-up, then calls that send only new items plus `previous_response_id`).
+
+The mock asks for an `exec_command` call; Codex runs it and sends the output back; the mock
+answers with it. The stored call that carries the output must hold the whole context: the
+user's prompt AND the function_call_output, in both transports. Over the WebSocket the mock
+must have seen no HTTP POST (Codex never fell back).
+
+Codex is pinned: `.ci/run` installs @openai/codex@CODEX_VERSION, and these facts were checked
+with that version. Its default model (gpt-6.2-sol in 0.171.0) offers tools through a
+JavaScript `exec` tool, so the runs ask for gpt-5.4, which offers `exec_command` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+import zstandard
+from conftest import require
+
+from forge_record.addons.proxy import InProcessProxy
+from forge_record.addons.recorder import Recorder
+from forge_record.addons.websocket import WebSocketRecorder
+from forge_record.capture import finalize
+from forge_record.mock import TOOL_MARKER, MockUpstream
+from forge_record.trust import confdir
+
+CODEX_VERSION = "0.171.0"
+ROOT = Path(__file__).resolve().parent.parent
+DUMMY_KEY = "sk-proj-dummy-codex-e2e-key-never-real-0000"
+FORGE = str(Path(sys.executable).with_name("forge-record"))
+PROMPT = f"Run the {TOOL_MARKER} command"
+CUSTOM_PROVIDER = """\
+model_provider = "gateway"
+[model_providers.gateway]
+name = "gateway"
+base_url = "https://api.openai.com/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+"""
+
+
+def find_codex() -> str | None:
+    local = ROOT / ".cache/npm/node_modules/.bin/codex"
+    return str(local) if local.exists() else shutil.which("codex")
+
+
+@pytest.fixture
+def codex_env(tmp_path):
+    codex = find_codex()
+    require(codex is not None, "Codex is not installed (.ci/run installs it with npm)")
+    version = subprocess.run([codex, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout.split()[-1:]
+    require(version == [CODEX_VERSION], f"Codex {version} found, these tests pin {CODEX_VERSION}")
+    home, codex_home = tmp_path / "home", tmp_path / "codex-home"
+    home.mkdir()
+    codex_home.mkdir()
+    return {
+        "PATH": f"{Path(codex).parent}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(home),
+        "CODEX_HOME": str(codex_home),
+        "TMPDIR": str(tmp_path),
+        "FORGE_RECORD_HOME": str(tmp_path / "forge"),
+        "OPENAI_API_KEY": DUMMY_KEY,
+    }
+
+
+def forge(env, *args, timeout=180) -> subprocess.CompletedProcess:
+    return subprocess.run([FORGE, *args], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout, cwd=env["HOME"])
+
+
+def run_codex(env, mock, *forge_args) -> subprocess.CompletedProcess:
+    proc = forge(env, "run", *forge_args, "--upstream", f"api.openai.com={mock.url}", "--",
+                 "codex", "exec", "--skip-git-repo-check",
+                 "--dangerously-bypass-approvals-and-sandbox", "--color", "never",
+                 "-m", "gpt-5.4", PROMPT)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{TOOL_MARKER}-output-42" in proc.stdout  # the tool really ran
+    return proc
+
+
+def stored_session(env) -> dict:
+    shown = forge(env, "show", "last", "--json")
+    assert shown.returncode == 0, shown.stderr
+    session = orjson.loads(shown.stdout)
+    assert session["harness"] == "codex" and session["harness_version"] == CODEX_VERSION
+    assert session["exit_code"] == 0
+    return session
+
+
+def blocks(exchange: dict, kind: str) -> list[dict]:
+    return [b for m in exchange["request"]["messages"] for b in m["content"]
+            if b["type"] == kind]
+
+
+def check_tool_round_trip(session: dict, url: str) -> dict:
+    """The model asked for exec_command; the call that came back holds the whole context.
+    Returns that second call."""
+    calls = [e for e in session["exchanges"] if e["kind"] == "model"]
+    assert all(e["status"] == "complete" and e["url"] == url and not e["flags"] for e in calls)
+    asked = next(e for e in calls if any(b["type"] == "tool_call"
+                                         for b in e["response"]["content"]))
+    [call] = [b for b in asked["response"]["content"] if b["type"] == "tool_call"]
+    assert call["name"] == "exec_command" and TOOL_MARKER in call["arguments"]["cmd"]
+    second = calls[calls.index(asked) + 1]
+    prompts = [b["text"] for m in second["request"]["messages"] if m["role"] == "user"
+               for b in m["content"] if b["type"] == "text"]
+    assert PROMPT in prompts  # the original user message...
+    [result] = blocks(second, "tool_result")  # ...AND the function_call_output
+    assert result["tool_call_id"] == call["id"]
+    assert f"{TOOL_MARKER}-output-42" in orjson.dumps(result["content"]).decode()
+    assert second["response"]["content"][0]["text"].startswith("The command printed")
+    for header in ("session-id", "originator", "x-codex-turn-metadata", "x-client-request-id"):
+        assert header in second["request_headers"], header
+    assert "authorization" not in second["request_headers"]
+    return second
+
+
+def assert_no_key_stored(env) -> None:
+    for path in Path(env["FORGE_RECORD_HOME"]).glob("traces.db*"):
+        assert DUMMY_KEY.encode() not in path.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.cli
+def test_custom_provider_over_http_sse(codex_env):
+    (Path(codex_env["CODEX_HOME"]) / "config.toml").write_text(CUSTOM_PROVIDER)
+    with MockUpstream() as mock:
+        run_codex(codex_env, mock)  # auto mode: forward
+        assert [r.method for r in mock.requests] == ["POST", "POST"]
+        assert not mock.websockets
+    session = stored_session(codex_env)
+    second = check_tool_round_trip(session, "https://api.openai.com/v1/responses")
+    assert "previous_response_id" not in second["request"]["parameters"]  # HTTP sends it all
+    assert_no_key_stored(codex_env)
+
+
+@pytest.mark.slow
+@pytest.mark.cli
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_builtin_provider_over_websocket(codex_env, mode):
+    config = Path(codex_env["CODEX_HOME"]) / "config.toml"
+    config.write_text("# the user's own config\n")
+    with MockUpstream() as mock:
+        run_codex(codex_env, mock, "--mode", mode)
+        assert not [r for r in mock.requests if r.method == "POST"]  # never fell back to HTTP
+        [socket] = mock.websockets
+        creates = socket.client_events()
+    assert socket.deflate  # permessage-deflate negotiated through the proxy
+    assert creates[0]["generate"] is False and "previous_response_id" not in creates[0]
+    sent = creates[-1]  # what went on the wire for the last call: only the new item
+    assert [i["type"] for i in sent["input"]] == ["function_call_output"]
+    assert sent["previous_response_id"]
+    assert config.read_text() == "# the user's own config\n"  # reverse mode used -c only
+
+    session = stored_session(codex_env)
+    warm_up = session["exchanges"][0]
+    assert warm_up["kind"] == "side" and warm_up["status"] == "complete"
+    assert warm_up["request"]["parameters"]["generate"] is False
+    second = check_tool_round_trip(session, "wss://api.openai.com/v1/responses")
+    assert second["request"]["parameters"]["previous_response_id"] == sent[
+        "previous_response_id"]
+    assert second["http_status"] == 101
+    assert_no_key_stored(codex_env)
+
+
+def test_zstd_request_to_chatgpt_host_is_decoded(tmp_path):
+    """Under a ChatGPT login Codex posts zstd bodies to chatgpt.com/backend-api/codex."""
+    arrived = []
+    body = orjson.dumps({"model": "gpt-5.4", "stream": True, "store": False,
+                         "input": [{"type": "message", "role": "user",
+                                    "content": [{"type": "input_text", "text": PROMPT}]}]})
+    with MockUpstream() as mock:
+        recorder = Recorder(arrived.append, upstreams={"chatgpt.com": mock.url},
+                            record_any_host=True)
+        proxy = InProcessProxy(WebSocketRecorder(recorder), confdir=confdir(tmp_path),
+                               mode="reverse:https://chatgpt.com")
+        port = proxy.start()
+        try:
+            post = urllib.request.Request(
+                f"http://127.0.0.1:{port}/backend-api/codex/responses",
+                data=zstandard.ZstdCompressor(level=3).compress(body),
+                headers={"content-encoding": "zstd", "content-type": "application/json"})
+            with urllib.request.urlopen(post, timeout=30) as reply:
+                answer = reply.read()
+        finally:
+            proxy.stop()
+        assert mock.requests[0].body != body  # the upstream got the zstd bytes unchanged
+    assert b"response.completed" in answer
+    [exchange] = [finalize(e) for e in arrived]
+    assert exchange.url == "https://chatgpt.com/backend-api/codex/responses"
+    assert exchange.raw_request == body and not exchange.flags
+    assert exchange.request.messages[0].content[0].text == PROMPT
