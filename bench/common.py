@@ -1,0 +1,235 @@
+"""Shared pieces of the benchmarks: child processes, CPU accounting, statistics, machine notes.
+
+Every child (the mock, each proxy, the load client) is a separate Python process started with
+this interpreter, so no two of them share a GIL. A child announces itself with one line on
+stdout (`listening <port>`); every wait on a child has a deadline, and `Children` ends the
+ones it started (by pid) however the benchmark exits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import select
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+DUMMY_KEY = "sk-ant-bench-dummy-key"  # never a real key
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Child:
+    """A child process that speaks a line protocol on stdin/stdout."""
+
+    def __init__(self, args: list[str], name: str, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=None, text=True, bufsize=1, cwd=ROOT, env=env,
+        )
+        self.pid = self.proc.pid
+
+    def read_line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"{self.name} said nothing within {timeout:.0f}s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name} exited with code {self.proc.wait()}")
+        return line.strip()
+
+    def expect(self, word: str, timeout: float) -> list[str]:
+        """Wait for a line starting with `word`; return the words after it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            parts = self.read_line(max(0.1, deadline - time.monotonic())).split()
+            if parts and parts[0] == word:
+                return parts[1:]
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def cpu_seconds(self) -> float:
+        """user + system CPU of the whole process (all threads), from /proc/<pid>/stat."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # EOF is the polite way to ask a child to stop
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+class Children:
+    """Starts children and stops all of them on exit, newest first."""
+
+    def __init__(self) -> None:
+        self._started: list[Child] = []
+
+    def start(self, args: list[str], name: str, env: dict[str, str] | None = None) -> Child:
+        child = Child(args, name, env)
+        self._started.append(child)
+        return child
+
+    def __enter__(self) -> Children:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for child in reversed(self._started):
+            child.stop()
+
+
+def start_mock(children: Children) -> tuple[Child, str]:
+    mock = children.start([str(BENCH / "mock_server.py")], "mock")
+    port = int(mock.expect("listening", 20)[0])
+    return mock, f"http://127.0.0.1:{port}"
+
+
+@dataclass
+class Proxy:
+    """A proxy under test. bare/buffered: bench/proxy_server.py; forge: `forge-record run`
+    itself (through bench/forge_proc.py), launching bench/hold.py as its agent."""
+    child: Child
+    kind: str
+    port: int
+    ca: str | None  # the CA certificate to trust (forward mode)
+    store: str | None = None  # forge: its store URL
+    stored: int = 0  # forge: model calls known to be stored so far
+
+    def cpu_seconds(self) -> float:
+        return self.child.cpu_seconds()
+
+    def drain(self, expected: int, timeout: float = 120.0) -> float:
+        """Wait until the store holds `expected` model calls in all; return the seconds
+        waited (the writer's lag behind the clients). No-op for the bare proxies."""
+        if self.store is None or expected <= self.stored:
+            return 0.0
+        from forge_record.store import open_store
+
+        start = time.monotonic()
+        store = open_store(self.store)
+        try:
+            while True:
+                found = store.list_sessions(1)
+                self.stored = found[0]["calls"] if found else 0
+                if self.stored >= expected:
+                    return time.monotonic() - start
+                if time.monotonic() - start > timeout:
+                    raise TimeoutError(f"the store holds {self.stored} of {expected} calls")
+                time.sleep(0.02)
+        finally:
+            store.close()
+
+
+def start_proxy(children: Children, kind: str, mode: str, upstream: str, tmp: Path,
+                name: str, extra: tuple[str, ...] = ()) -> Proxy:
+    """Start a proxy named `name` (its files go under `tmp`) and wait until it listens.
+    `extra`: bench/forge_proc.py experiment arguments (forge only)."""
+    if kind != "forge":
+        confdir = tmp / f"{name}-ca"
+        child = children.start([str(BENCH / "proxy_server.py"), "--kind", kind, "--mode", mode,
+                                "--upstream", upstream, "--confdir", str(confdir)], name)
+        port = int(child.expect("listening", 60)[0])
+        ca = str(confdir / "mitmproxy-ca-cert.pem") if mode == "forward" else None
+        return Proxy(child, kind, port, ca)
+    store = f"sqlite:///{tmp / name}.db"
+    env = {k: v for k, v in os.environ.items()
+           if k.upper() not in _ROUTING_VARS and not k.startswith("FORGE_RECORD_")}
+    env["FORGE_RECORD_HOME"] = str(tmp / f"{name}-home")
+    run = ["run", "--harness", "claude-code", "--mode", mode, "--store", store]
+    if mode == "reverse":
+        env["ANTHROPIC_BASE_URL"] = upstream
+    else:
+        run += ["--upstream", f"api.anthropic.com={upstream}"]
+    child = children.start([str(BENCH / "forge_proc.py"), *extra, "--", *run, "--",
+                            sys.executable, str(BENCH / "hold.py")], name, env=env)
+    port, ca = child.expect("listening", 60)
+    return Proxy(child, kind, int(port), None if ca == "-" else ca, store)
+
+
+_ROUTING_VARS = {"ANTHROPIC_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"}
+
+
+# --- statistics ------------------------------------------------------------------------
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100), linear between the nearest ranks."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def ratio(value: float, base: float) -> float:
+    """value / base, or NaN when the base is too close to zero to divide by."""
+    if math.isnan(value) or math.isnan(base) or abs(base) < 1e-9:
+        return math.nan
+    return value / base
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+# --- machine notes ---------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_notes() -> dict[str, str | int]:
+    return {
+        "nproc": os.cpu_count() or 0,
+        "cpu": _cpu_model(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "mitmproxy": _version("mitmproxy"),
+        "anthropic": _version("anthropic"),
+        "httpx2": _version("httpx2"),
+        "forge-record": _version("forge-record"),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    }
+
+
+def machine_markdown(notes: dict[str, str | int]) -> str:
+    return (f"Machine: {notes['nproc']} cores ({notes['cpu']}), Linux {notes['kernel']}, "
+            f"Python {notes['python']}, mitmproxy {notes['mitmproxy']}, anthropic "
+            f"{notes['anthropic']} (httpx2 {notes['httpx2']}); run {notes['date']}.")

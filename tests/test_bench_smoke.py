@@ -1,0 +1,52 @@
+"""The benchmark harness runs end to end (bench/run.py --quick, cut down to a tiny size) and
+produces a well-formed result. No figure is checked against a threshold: speed is never
+asserted in tests. What is checked: every configuration produced numbers, the `streamed`
+check tells a pass-through stream from a buffered one, and forge-record stored every
+exchange the throughput load made (drain raises otherwise)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _finite(value) -> bool:
+    return isinstance(value, float | int) and math.isfinite(value)
+
+
+@pytest.mark.slow
+def test_quick_run_produces_a_well_formed_result(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json", str(out),
+         "--latency-args", "--configs forge-rev,buffered-rev --clients raw --rounds 1 --text 100",
+         "--throughput-args", "--exchanges 60 --rounds 1"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+
+    latency = result["latency"]["summary"]
+    assert set(latency) == {"direct", "forge-rev", "buffered-rev"}
+    for config, by_client in latency.items():
+        row = by_client["raw"]
+        assert row["events"] == 100, config
+        assert all(_finite(row[k]) for k in ("ttft_ms", "total_ms", "event_p50_ms",
+                                              "event_p99_ms", "added_ttft_ms")), row
+    assert latency["direct"]["raw"]["streamed"] is True
+    assert latency["forge-rev"]["raw"]["streamed"] is True
+    assert latency["buffered-rev"]["raw"]["streamed"] is False  # the check can fail
+
+    throughput = result["throughput"]
+    assert set(throughput["summary"]) == {"direct", "bare-rev", "forge-rev"}
+    forge = throughput["summary"]["forge-rev"]
+    assert forge["rate"] > 0 and forge["cpu_s_per_mb"] > 0 and forge["sse_mb"] > 0
+    assert _finite(throughput["ratios"]["reverse"]["rate"])
+    assert "## Latency" in done.stdout and "## Throughput" in done.stdout
