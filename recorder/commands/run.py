@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import secrets
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from forge_record import harness_shims, launch, trust
+from forge_record import config, harness_shims, launch, trust
 from forge_record.commands.common import key_value, open_store, setup_logging, store_option
 from forge_record.errors import UsageError
 from forge_record.harness_shims import Shim
@@ -46,17 +47,24 @@ from forge_record.redact import mask_argv
     "--set", "settings", multiple=True, callback=key_value, metavar="OPTION=VALUE",
     help="Set a mitmproxy option. Repeatable.",
 )
+@click.option(
+    "--no-redact-bodies", is_flag=True,
+    help="Keep secrets found inside bodies (API keys, tokens, private keys, PASSWORD=...). "
+    "Headers and URL keys are redacted regardless.",
+)
 @click.option("-v", "--verbose", count=True, help="Log what the recorder does (-vv: more).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(store, mode, harness, upstream, tag, settings, verbose, command) -> None:
+def run(store, mode, harness, upstream, tag, settings, no_redact_bodies, verbose, command) -> None:
     """Run CMD with its model traffic recorded; exit with CMD's exit code."""
     setup_logging(verbose)
     argv = list(command)
     launch.resolve(argv, os.environ)  # a missing command fails before anything starts
     shim = _pick_shim(harness, argv)
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream))
+    redactor = None if no_redact_bodies else config.redactor(home())
     exit_code = record(
-        argv, shim, route, store_url(store), tags=tag, settings=settings, verbose=verbose
+        argv, shim, route, store_url(store),
+        tags=tag, settings=settings, verbose=verbose, redactor=redactor,
     )
     sys.exit(exit_code)
 
@@ -86,7 +94,9 @@ def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[s
     return Route("forward", "regular", upstreams, hosts)
 
 
-def record(argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose) -> int:
+def record(
+    argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose, redactor=None
+) -> int:
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
     from forge_record.addons.websocket import WebSocketRecorder
@@ -97,15 +107,16 @@ def record(argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose)
     session = Session(
         id=secrets.token_hex(8),
         harness=shim.name,
-        argv=mask_argv(argv),
+        argv=[redactor.text(a) for a in mask_argv(argv)] if redactor else mask_argv(argv),
         cwd=os.getcwd(),
         user=_user(),
         host=socket.gethostname(),
         tags=tags,
         started_at=time.time(),
     )
+    prepare = functools.partial(finalize, redactor=redactor)
     chains = ResponseChains()  # rebuilds WebSocket calls' full context, in the writer thread
-    writer = Writer(open_store(url), prepare=lambda exchange: chains.stitch(finalize(exchange)))
+    writer = Writer(open_store(url), prepare=lambda exchange: chains.stitch(prepare(exchange)))
     writer.submit_session(session)
     seen = _VersionSniffer(shim)
 
