@@ -64,6 +64,14 @@ def heads() -> list[str]:
     return list(_scripts().get_heads())
 
 
+def known(revision: str) -> bool:
+    """Whether this code has the migration `revision` (a newer forge-record may not)."""
+    try:
+        return _scripts().get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
 def current(engine: sa.Engine) -> str | None:
     """The database's revision, or None if it was never migrated."""
     with engine.connect() as conn:
@@ -93,6 +101,14 @@ def upgrade(
                 f"cannot migrate store {show_url(engine.url)}: {' '.join(str(e).split())} "
                 "(was it written by a newer forge-record?)"
             ) from e
+
+
+def downgrade(engine: sa.Engine, revision: str) -> None:
+    """Take the database back to `revision` (tests, and people who must go back a version)."""
+    with _in_process, locked(engine) as conn:
+        cfg = config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
 
 
 def drift(engine: sa.Engine) -> list[Any]:

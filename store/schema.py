@@ -2,9 +2,18 @@
 
 One MetaData carries a naming convention so that every constraint and index has a predictable
 name and migrations never invent one. Columns that the CLI lists, sums or filters on are real
-columns; the full normalized exchange is one zstd-compressed orjson blob (`record`), and the
-raw wire bodies are zstd frames of their own. Migrations in `migrations/versions/` must build
-exactly these tables; tests/test_migrations.py checks that they agree.
+columns. Migrations in `migrations/versions/` must build exactly these tables;
+tests/test_migrations.py checks that they agree.
+
+How an exchange's bytes are kept depends on its `layout` (docs/STORAGE.md has the design):
+- 1 (rows written by revision 0001): `record` is the whole normalized exchange, orjson then
+  zstd; `raw_request` and `raw_response` are zstd frames of the bodies.
+- 2 (content-addressed): `record` is this exchange's piece of its session segment's manifest
+  stream (`segment`, `piece` order the stream); the manifest names `blobs` for the system
+  prompt, tools, parameters, messages and answer. `raw_request` and `raw_response` are
+  store.delta frames against the exchange's raw parent and its blobs.
+A blob's bytes live in a `packs` row: one piece of a compressed stream per session segment
+(`group_id`), so a blob is read by decoding its group's pieces up to its pack.
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 # Epoch seconds need a double: a 4-byte float loses whole seconds at today's epoch.
 Timestamp = sa.Double
 
+LAYOUT_RECORD = 1
+LAYOUT_CONTENT = 2
+
 sessions = sa.Table(
     "sessions",
     metadata,
@@ -39,6 +51,10 @@ sessions = sa.Table(
     sa.Column("ended_at", Timestamp),
     sa.Column("exit_code", sa.Integer),
     sa.Column("record_version", sa.Integer, nullable=False),
+    # Which process records the session, and when it last said so: a session with no end
+    # whose recorder is gone is `interrupted` (see store.status).
+    sa.Column("recorder_pid", sa.Integer),
+    sa.Column("heartbeat_at", Timestamp),
 )
 
 exchanges = sa.Table(
@@ -65,9 +81,35 @@ exchanges = sa.Table(
     sa.Column("cache_write_tokens", sa.Integer),
     sa.Column("tool_calls", sa.Integer, nullable=False),
     sa.Column("flags", sa.JSON, nullable=False),
-    sa.Column("record", sa.LargeBinary, nullable=False),  # codec.pack(exchange_to_dict(...))
-    sa.Column("raw_request", sa.LargeBinary, nullable=False),  # codec.compress(body)
+    sa.Column("record", sa.LargeBinary, nullable=False),
+    sa.Column("raw_request", sa.LargeBinary, nullable=False),
     sa.Column("raw_response", sa.LargeBinary, nullable=False),
+    sa.Column("layout", sa.Integer, nullable=False, server_default=sa.text("1")),
+    sa.Column("segment", sa.Integer),
+    sa.Column("piece", sa.Integer),
     # Also the index that serves "this session's exchanges in order".
     sa.UniqueConstraint("session_id", "seq"),
+)
+
+packs = sa.Table(
+    "packs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("group_id", sa.BigInteger, nullable=False, index=True),
+    sa.Column("size", sa.Integer, nullable=False),  # plain bytes
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
+blobs = sa.Table(
+    "blobs",
+    metadata,
+    sa.Column("hash", sa.Text, primary_key=True),
+    sa.Column("pack_id", sa.Integer, sa.ForeignKey("packs.id"), nullable=False, index=True),
+    sa.Column("start", sa.Integer, nullable=False),
+    sa.Column("length", sa.Integer, nullable=False),
+    # When a writer last wrote or reused it: gc spares recently touched blobs even if no
+    # committed exchange names them yet (see store.gc).
+    sa.Column("touched_at", Timestamp, nullable=False),
+    # SQLite: the hash is the table's key, not a second copy in an index beside a rowid.
+    sqlite_with_rowid=False,
 )

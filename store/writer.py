@@ -1,70 +1,136 @@
 """Writer: one thread that owns the Store, so the proxy's event loop never waits on the
-database or on compression.
+database, on compression or on the disk.
 
 Contract:
 - submit_*() never block and never raise: they put the item on a bounded queue. If the queue
-  is full (the database has stalled for a long while) the item is dropped, counted in
-  `dropped`, and a warning names it. A later change spools such items to disk instead.
-- Items are written in submission order, one transaction each (Store's own contract).
-- `prepare`, if given, turns each submitted exchange into the one to store (e.g. parsing the
-  request body), in the writer thread. If it raises, the error is logged and the exchange is
-  stored as submitted: its raw bodies are the record of last resort.
-- A write that fails is logged with its exception and counted in `failed`; the thread goes on
-  with the next item. Losing one record must not stop the recording of the rest.
-- close() writes everything already queued, stops the thread and closes the store.
+  is full (the store has stalled for a long while) the item is dropped, counted in `dropped`,
+  and a warning names it.
+- The thread takes whatever is queued (up to BATCH items) and writes it in one transaction,
+  in submission order. `prepare`, if given, turns each exchange into the one to store (e.g.
+  parsing the request body), in the thread; if it raises, the error is logged and the
+  exchange is stored as submitted: its raw bodies are the record of last resort.
+- A batch the store refuses for its content (a constraint, a missing session) is retried
+  item by item; an item that still fails is logged with its exception and counted in
+  `failed`, and the thread goes on: losing one record must not stop the recording of the rest.
+- When the store does not answer (StoreUnavailable: Postgres down, SQLite locked for longer
+  than its busy timeout), the batch and everything after it go to the spool (store.spool),
+  fsync'd, counted in `spooled`. Every RETRY_EVERY seconds the thread asks the store again;
+  once it answers, the spool is replayed (counted in `replayed`) and deleted, and writing goes
+  on as before. The thread also replays, at start, spool files that earlier writers for the
+  same store left behind.
+- While idle it writes a heartbeat for its sessions every HEARTBEAT_EVERY seconds, which is
+  how a session whose recorder died shows as interrupted (store.summary).
+- close() writes everything already queued (to the store, or to the spool if it is still
+  down), stops the thread and closes the store. Items still spooled then are written by the
+  next writer for this store.
+- A SIGKILLed recorder loses only what was queued and not yet committed or spooled: with a
+  store that keeps up, the exchange in flight.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from forge_record.errors import StoreError
 from forge_record.records import Exchange, Session
-from forge_record.store.store import Store
+from forge_record.store import spool as spooling
+from forge_record.store.engine import make_engine
+from forge_record.store.store import Store, StoreUnavailable, fingerprint, open_store
+from forge_record.store.summary import HEARTBEAT_EVERY
+from forge_record.store.write import AddExchange, AddSession, EndSession, Item, describe
 
 log = logging.getLogger("forge_record")
 
+BATCH = 64
+RETRY_EVERY = 2.0
 _STOP = object()
+
+
+def default_spool_dir() -> Path:
+    from forge_record.paths import home
+
+    return home() / "spool"
 
 
 class Writer:
     def __init__(
         self,
-        store: Store,
+        store: Store | None,
         maxsize: int = 10000,
         prepare: Callable[[Exchange], Exchange] | None = None,
+        *,
+        opener: Callable[[], Store] | None = None,
+        store_fingerprint: str | None = None,
+        spool_dir: Path | None = None,
+        heartbeat_every: float = HEARTBEAT_EVERY,
+        retry_every: float = RETRY_EVERY,
     ) -> None:
+        """`store` may be None if it did not answer yet; then `opener` (called again every
+        `retry_every` seconds) and `store_fingerprint` are needed. See Writer.open."""
+        if store is None and (opener is None or store_fingerprint is None):
+            raise ValueError("a Writer without a store needs an opener and a fingerprint")
         self.store = store
+        self._opener = opener
         self._prepare = prepare
-        self.written = 0  # only the writer thread changes written and failed
+        self.written = 0  # only the writer thread changes the counters but `dropped`
         self.failed = 0
         self.dropped = 0
+        self.spooled = 0
+        self.replayed = 0
+        self._spool = spooling.Spool(spool_dir or default_spool_dir(),
+                                     store_fingerprint or store.fingerprint)
+        self._down = store is None
+        self._last_try = time.monotonic()
+        self._heartbeat_every, self._retry_every = heartbeat_every, retry_every
+        self._live: set[str] = set()  # sessions this writer records, for the heartbeat
         self._lock = threading.Lock()  # submitters may be on several threads
         self._closed = False
         self._queue: queue.Queue[Any] = queue.Queue(maxsize)
         self._thread = threading.Thread(target=self._run, name="forge-record-writer", daemon=True)
         self._thread.start()
 
+    @classmethod
+    def open(cls, url: str, prepare: Callable[[Exchange], Exchange] | None = None,
+             **options: Any) -> Writer:
+        """A Writer for the store at `url`. If the store does not answer now (a Postgres
+        server that is down), recording starts anyway into the spool; any other problem
+        (a bad URL, a schema that needs `db upgrade`) raises StoreError here."""
+        try:
+            store = open_store(url)
+        except StoreUnavailable as e:
+            log.warning("forge-record: %s; recording to the spool until it answers", e)
+            engine = make_engine(url)
+            try:
+                print_ = fingerprint(engine)
+            finally:
+                engine.dispose()
+            return cls(None, prepare=prepare, opener=lambda: open_store(url),
+                       store_fingerprint=print_, **options)
+        return cls(store, prepare=prepare, opener=lambda: open_store(url), **options)
+
+    @property
+    def spool_path(self) -> Path | None:
+        """The spool file holding what is not written yet, if any."""
+        return self._spool.path
+
+    # --- submitting (any thread) ------------------------------------------------------
+
     def submit_session(self, session: Session) -> None:
-        self._submit(f"session {session.id}", self.store.add_session, session)
+        self._submit(AddSession(session, os.getpid(), time.time()))
 
     def submit_exchange(self, session_id: str, exchange: Exchange) -> None:
-        what = f"exchange {exchange.seq} of session {session_id}"
-        self._submit(what, self._add_exchange, session_id, exchange)
+        self._submit(AddExchange(session_id, exchange))
 
-    def submit_end(
-        self,
-        session_id: str,
-        ended_at: float,
-        exit_code: int | None,
-        harness_version: str | None = None,
-    ) -> None:
-        self._submit(f"end of session {session_id}", self._end, session_id, ended_at,
-                     exit_code, harness_version)
+    def submit_end(self, session_id: str, ended_at: float, exit_code: int | None,
+                   harness_version: str | None = None) -> None:
+        self._submit(EndSession(session_id, ended_at, exit_code, harness_version))
 
     def close(self, timeout: float = 30) -> None:
         """Drain the queue (waiting at most `timeout` seconds in all), then close the store."""
@@ -81,39 +147,145 @@ class Writer:
         if self._thread.is_alive():
             log.error("forge-record: %d writes still pending after %ss; they are lost",
                       self._queue.qsize(), timeout)
-        self.store.close()
+        elif self._spool.path is not None:
+            log.warning("forge-record: the store did not answer; %d items wait in %s and are "
+                        "written by the next `forge-record run` with this store",
+                        self._spool.count, self._spool.path)
+        self._spool.close()
+        if self.store is not None:
+            self.store.close()
 
-    def _add_exchange(self, session_id: str, exchange: Exchange) -> None:
-        if self._prepare is not None:
-            try:
-                exchange = self._prepare(exchange)
-            except Exception:
-                log.exception("forge-record: could not prepare exchange %s of session %s; "
-                              "storing it as captured", exchange.seq, session_id)
-        self.store.add_exchange(session_id, exchange)
-
-    def _end(self, session_id: str, ended_at: float, exit_code: int | None,
-             harness_version: str | None) -> None:
-        self.store.end_session(session_id, ended_at, exit_code, harness_version=harness_version)
-
-    def _submit(self, what: str, write: Callable[..., None], *args: Any) -> None:
+    def _submit(self, item: Item) -> None:
         with self._lock:
             try:
                 if self._closed:
                     raise queue.Full
-                self._queue.put_nowait((what, write, args))
+                self._queue.put_nowait(item)
                 return
             except queue.Full:
                 self.dropped += 1
         reason = "writer is closed" if self._closed else "write queue is full"
-        log.warning("forge-record: %s, dropped %s", reason, what)
+        log.warning("forge-record: %s, dropped %s", reason, describe(item))
+
+    # --- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not _STOP:
-            what, write, args = item
+        if not self._down:
+            self._replay_orphans()
+        stopping = False
+        while not stopping:
             try:
-                write(*args)
-                self.written += 1
+                first = self._queue.get(timeout=self._retry_every if self._down
+                                        else self._heartbeat_every)
+            except queue.Empty:
+                self._idle()
+                continue
+            batch = [first]
+            while len(batch) < BATCH and batch[-1] is not _STOP:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stopping = batch[-1] is _STOP
+            items = [self._prepared(i) for i in batch if i is not _STOP]
+            if items:
+                self._write(items)
+        if self._down:
+            self._recover(force=True)
+
+    def _prepared(self, item: Item) -> Item:
+        if isinstance(item, AddSession):
+            self._live.add(item.session.id)
+        elif isinstance(item, EndSession):
+            self._live.discard(item.session_id)
+        elif isinstance(item, AddExchange) and self._prepare is not None:
+            try:
+                return AddExchange(item.session_id, self._prepare(item.exchange))
             except Exception:
+                log.exception("forge-record: could not prepare %s; storing it as captured",
+                              describe(item))
+        return item
+
+    def _write(self, items: list[Item]) -> None:
+        if self._down and not self._recover():
+            self._spill(items)
+            return
+        try:
+            self.store.write(items)
+            self.written += len(items)
+        except StoreUnavailable as e:
+            self._went_down(e, items)
+        except StoreError:
+            self._one_by_one(items)
+
+    def _one_by_one(self, items: list[Item]) -> None:
+        for n, item in enumerate(items):
+            try:
+                self.store.write([item])
+                self.written += 1
+            except StoreUnavailable as e:
+                self._went_down(e, items[n:])
+                return
+            except StoreError:
                 self.failed += 1
-                log.exception("forge-record: could not write %s", what)
+                log.exception("forge-record: could not write %s", describe(item))
+
+    def _went_down(self, error: StoreError, items: list[Item]) -> None:
+        log.warning("forge-record: %s; spooling until the store answers again", error)
+        self._down, self._last_try = True, time.monotonic()
+        self._spill(items)
+
+    def _spill(self, items: list[Item]) -> None:
+        try:
+            self._spool.append(items)
+            self.spooled += len(items)
+        except OSError:
+            self.failed += len(items)
+            log.exception("forge-record: cannot spool %d items; they are lost", len(items))
+
+    def _recover(self, force: bool = False) -> bool:
+        """Whether the store answers again, after replaying the spool into it."""
+        if not force and time.monotonic() - self._last_try < self._retry_every:
+            return False
+        self._last_try = time.monotonic()
+        try:
+            if self.store is None:
+                self.store = self._opener()
+            self.store.ping()
+            self.replayed += self._spool.drain(self._replay_write)
+        except StoreUnavailable:
+            return False
+        except StoreError:
+            log.exception("forge-record: the store answers but refuses the spool; keeping "
+                          "it in %s", self._spool.path)
+            return False
+        self._down = False
+        log.warning("forge-record: the store answers again; spooled items written")
+        self._replay_orphans()
+        return True
+
+    def _replay_write(self, items: list[Item]) -> None:
+        self.store.write(items, if_absent=True)
+
+    def _replay_orphans(self) -> None:
+        for path in spooling.orphans(self._spool.directory, self._spool.fingerprint):
+            if path == self._spool.path:
+                continue
+            try:
+                done = spooling.replay_file(path, self._replay_write)
+            except StoreError:
+                log.exception("forge-record: could not replay %s; kept for later", path)
+                continue
+            if done:
+                self.replayed += done
+                log.warning("forge-record: wrote %d items left in %s by an earlier run",
+                            done, path.name)
+
+    def _idle(self) -> None:
+        if self._down:
+            self._recover()
+        elif self._live:
+            try:
+                self.store.heartbeat(sorted(self._live))
+            except StoreError as e:
+                log.info("forge-record: heartbeat not written: %s", e)

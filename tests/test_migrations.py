@@ -1,51 +1,83 @@
-"""The alembic tree: one head, the exact schema it builds, and how stores get migrated."""
+"""The alembic tree: one head, the exact schema it builds, how stores get migrated, and what
+happens to data across revisions (0001 rows survive 0002; downgrading 0002 keeps every
+exchange). Each test runs on SQLite and on a fresh Postgres database.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import sqlite3
 
 import pytest
+import sqlalchemy as sa
+from test_store import (  # noqa: F401 - fixtures
+    BACKENDS,
+    make_exchange,
+    make_session,
+    new_database,
+    pg_admin,
+    realistic_exchanges,
+)
 
 from forge_record.errors import StoreError
-from forge_record.store import default_store_url, migrate, open_store
+from forge_record.records import exchange_to_dict, session_to_dict
+from forge_record.store import codec, default_store_url, migrate, open_store, upgrade_store
 from forge_record.store.engine import make_engine
 
 EXPECTED_COLUMNS = {
     "sessions": [
         "id", "harness", "harness_version", "argv", "cwd", "user_name", "host", "tags",
-        "started_at", "ended_at", "exit_code", "record_version",
+        "started_at", "ended_at", "exit_code", "record_version", "recorder_pid", "heartbeat_at",
     ],
     "exchanges": [
         "id", "session_id", "seq", "dialect", "kind", "model", "method", "url", "status",
         "http_status", "started_at", "first_byte_at", "ended_at", "input_tokens",
         "output_tokens", "cache_read_tokens", "cache_write_tokens", "tool_calls", "flags",
-        "record", "raw_request", "raw_response",
+        "record", "raw_request", "raw_response", "layout", "segment", "piece",
     ],
+    "packs": ["id", "group_id", "size", "data"],
+    "blobs": ["hash", "pack_id", "start", "length", "touched_at"],
     migrate.VERSION_TABLE: ["version_num"],
 }
-EXPECTED_INDEXES = {"ix_sessions__started_at", "sqlite_autoindex_exchanges_1"}
+COLUMNS_0001 = {
+    "sessions": EXPECTED_COLUMNS["sessions"][:-2],
+    "exchanges": EXPECTED_COLUMNS["exchanges"][:-3],
+    migrate.VERSION_TABLE: ["version_num"],
+}
+EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id", "ix_blobs__pack_id"}
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return default_store_url(tmp_path)
+    return request.getfixturevalue("new_database")()
 
 
 @pytest.fixture
-def engine(tmp_path):
-    engine = make_engine(default_store_url(tmp_path))
+def engine(url):
+    engine = make_engine(url)
     yield engine
     engine.dispose()
 
 
-def sqlite_columns(path) -> dict[str, list[str]]:
-    with sqlite3.connect(path) as conn:
-        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: [c[1] for c in conn.execute(f"PRAGMA table_info({t})")] for t in tables}
+def columns(engine) -> dict[str, list[str]]:
+    inspector = sa.inspect(engine)
+    return {t: [c["name"] for c in inspector.get_columns(t)] for t in inspector.get_table_names()}
+
+
+def indexes(engine) -> set[str]:
+    inspector = sa.inspect(engine)
+    return {i["name"] for t in inspector.get_table_names() for i in inspector.get_indexes(t)}
 
 
 def test_single_head():
     assert migrate.heads() == [migrate.head()]
 
 
-def test_upgrade_of_a_blank_sqlite_builds_exactly_the_schema(engine, tmp_path, monkeypatch):
+def test_upgrade_of_a_blank_store_builds_exactly_the_schema(engine, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no alembic.ini here: programmatic use must not need one
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
@@ -54,13 +86,9 @@ def test_upgrade_of_a_blank_sqlite_builds_exactly_the_schema(engine, tmp_path, m
     migrate.upgrade(engine)
 
     assert migrate.current(engine) == migrate.head()
-    assert sqlite_columns(tmp_path / "traces.db") == EXPECTED_COLUMNS
-    with sqlite3.connect(tmp_path / "traces.db") as conn:
-        indexes = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-        assert EXPECTED_INDEXES <= indexes
-        assert "uq_exchanges__session_id_seq" in conn.execute(
-            "SELECT sql FROM sqlite_master WHERE name='exchanges'").fetchone()[0]
-    assert migrate.drift(engine) == []  # the migration and schema.py agree
+    assert columns(engine) == EXPECTED_COLUMNS
+    assert EXPECTED_INDEXES <= indexes(engine)
+    assert migrate.drift(engine) == []  # the migrations and schema.py agree
     assert (root.handlers, root.level) == (handlers, level)  # logging left alone
 
 
@@ -70,8 +98,82 @@ def test_upgrade_twice_is_a_no_op(engine):
     assert migrate.current(engine) == migrate.head()
 
 
+def write_as_0001(engine, sessions_exchanges) -> None:
+    """Rows exactly as forge-record 0.1 (revision 0001) wrote them."""
+    with engine.begin() as conn:
+        for session, exchanges in sessions_exchanges:
+            row = session_to_dict(session)
+            row["user_name"] = row.pop("user")
+            conn.execute(sa.text(
+                "INSERT INTO sessions (id, harness, harness_version, argv, cwd, user_name, host,"
+                " tags, started_at, ended_at, exit_code, record_version) VALUES (:id, :harness,"
+                " :harness_version, :argv, :cwd, :user_name, :host, :tags, :started_at,"
+                " :ended_at, :exit_code, 1)"),
+                row | {"argv": codec.orjson.dumps(row["argv"]).decode(),
+                       "tags": codec.orjson.dumps(row["tags"]).decode()})
+            for ex in exchanges:
+                conn.execute(sa.text(
+                    "INSERT INTO exchanges (session_id, seq, dialect, kind, model, method, url,"
+                    " status, started_at, tool_calls, flags, record, raw_request, raw_response)"
+                    " VALUES (:sid, :seq, :dialect, 'model', 'm', 'POST', :url, :status, :t, 0,"
+                    " '[]', :record, :rq, :rs)"),
+                    {"sid": session.id, "seq": ex.seq, "dialect": ex.dialect, "url": ex.url,
+                     "status": ex.status, "t": ex.started_at,
+                     "record": codec.pack(exchange_to_dict(ex)),
+                     "rq": codec.compress(ex.raw_request), "rs": codec.compress(ex.raw_response)})
+
+
+def test_data_written_under_0001_survives_the_upgrade(engine, url):
+    migrate.upgrade(engine, "0001")
+    assert columns(engine) == COLUMNS_0001
+    old = [make_exchange(1), make_exchange(2, raw_request=b"", response=None)]
+    write_as_0001(engine, [(make_session("old"), old)])
+
+    assert upgrade_store(url) == ("0001", migrate.head())
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("old", raw=True)) == old
+        assert store.get_exchange("old", 2, raw=True) == old[1]
+        assert store.session_summary("old")["status"] == "interrupted"  # it has no end
+        new = dataclasses.replace(realistic_exchanges(4)[3], seq=3)  # layout 2, same session
+        store.add_exchange("old", new)
+        assert list(store.iter_exchanges("old", raw=True)) == [*old, new]
+
+
+def test_downgrade_of_the_latest_revision_keeps_every_exchange(engine, url):
+    sent = realistic_exchanges(40)
+    with open_store(url) as store:
+        store.add_session(make_session("s"))
+        for ex in sent:
+            store.add_exchange("s", ex)
+    migrate.downgrade(engine, "-1")
+
+    assert migrate.current(engine) == "0001"
+    assert columns(engine) == COLUMNS_0001
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT seq, record, raw_request, raw_response FROM exchanges ORDER BY seq")).all()
+    assert [r.seq for r in rows] == [e.seq for e in sent]
+    for row, ex in zip(rows, sent):  # what 0001's code reads
+        assert codec.unpack(row.record) == codec.orjson.loads(
+            codec.orjson.dumps(exchange_to_dict(ex)))
+        assert codec.decompress(row.raw_request) == ex.raw_request
+        assert codec.decompress(row.raw_response) == ex.raw_response
+    migrate.upgrade(engine)
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_store_from_a_newer_version_is_refused(engine, url):
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = '9999'"))
+    with pytest.raises(StoreError, match="newer forge-record") as info:
+        open_store(url)
+    assert "\n" not in str(info.value)
+
+
 def open_in_processes(url: str, n: int = 4) -> list[int | None]:
-    """Exit codes of n forked processes that open (and so migrate) the store at one moment."""
+    """Exit codes of n processes that open (and so migrate) the store at one moment."""
     # spawn, not fork: pytest runs proxy and writer threads, and a forked child of a
     # multi-threaded process can deadlock on a lock some thread held.
     ctx = multiprocessing.get_context("spawn")
@@ -89,16 +191,15 @@ def _open_and_close(url, barrier) -> None:
     open_store(url).close()
 
 
-def test_concurrent_first_opens_migrate_once(tmp_path):
+def test_concurrent_first_opens_migrate_once(url, engine):
     """Recorders starting together on a fresh store: the lock makes the others wait."""
-    assert open_in_processes(default_store_url(tmp_path)) == [0, 0, 0, 0]
-    assert sqlite_columns(tmp_path / "traces.db") == EXPECTED_COLUMNS
+    assert open_in_processes(url) == [0, 0, 0, 0]
+    assert columns(engine) == EXPECTED_COLUMNS
 
 
-def test_store_from_a_newer_version_is_refused(engine, tmp_path):
-    migrate.upgrade(engine)
+def test_sqlite_keeps_blob_hashes_once(tmp_path):
+    """The blobs table is keyed by its hash (WITHOUT ROWID): no second copy in an index."""
+    open_store(default_store_url(tmp_path)).close()
     with sqlite3.connect(tmp_path / "traces.db") as conn:
-        conn.execute(f"UPDATE {migrate.VERSION_TABLE} SET version_num = '9999'")
-    with pytest.raises(StoreError, match="newer forge-record") as info:
-        open_store(default_store_url(tmp_path))
-    assert "\n" not in str(info.value)
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'blobs'").fetchone()[0]
+    assert "WITHOUT ROWID" in sql

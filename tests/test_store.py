@@ -1,17 +1,29 @@
-"""forge_record.store.Store on SQLite: round trips, compression, lookup, sums, secrets, errors.
+"""forge_record.store.Store on SQLite and on the real Postgres: round trips (records, and raw
+bodies byte for byte, on every exchange of a realistic session), dedup, random access,
+lookup, sums, status, secrets and errors.
 
-The make_* builders and check_* helpers are shared with test_store_postgres.py.
+Every test that takes `store` or `store_url` runs on both backends. The Postgres runs share
+one fresh database per test module (forge_record_test_<hex>, dropped afterwards), emptied
+before each test; they skip when no Postgres answers, and fail instead under CI=true. Set
+FORGE_RECORD_TEST_PG to point at another server's maintenance database.
+
+The fixtures and the make_* / check_* helpers are shared with the other store test modules.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sqlite3
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
+from conftest import require
 
 from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import (
@@ -30,12 +42,101 @@ from forge_record.records import (
     ToolResult,
     Usage,
 )
-from forge_record.store import Store, codec, default_store_url, open_store
+from forge_record.store import Store, default_store_url, open_store
+from forge_record.store.write import AddExchange, AddSession, EndSession
 
+ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-ant-dummy-SECRET123"
 BEARER = "Bearer dummy-TOKEN-456"
 RAW_REQUEST = b'{"model":"claude-x","messages":[' + b'{"role":"user","content":"hi"},' * 200 + b"]}"
 RAW_RESPONSE = b"event: message_start\ndata: {}\n\n" * 100
+ADMIN_URL = os.environ.get(
+    "FORGE_RECORD_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+STORE_TABLES = ("sessions", "exchanges", "blobs", "packs")
+
+# --- backends ----------------------------------------------------------------------------
+
+
+def libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@pytest.fixture(scope="module")
+def pg_admin():
+    conn, problem = None, ""
+    try:
+        conn = psycopg.connect(libpq(ADMIN_URL), autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as e:
+        problem = " ".join(str(e).split())
+    require(conn is not None, f"Postgres is not reachable at {ADMIN_URL}: {problem}")
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def new_database(pg_admin):
+    """A factory of fresh, empty databases, dropped after the test."""
+    made = []
+
+    def make() -> str:
+        made.append(_create_database(pg_admin))
+        return ADMIN_URL.rsplit("/", 1)[0] + "/" + made[-1]
+
+    yield make
+    for name in made:
+        pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def pg_module_url(pg_admin):
+    name = _create_database(pg_admin)
+    yield ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _create_database(admin) -> str:
+    name = f"forge_record_test_{uuid.uuid4().hex[:12]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def empty_postgres(url: str) -> None:
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        present = {t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        tables = [t for t in STORE_TABLES if t in present]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+POSTGRES = pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])
+BACKENDS = ["sqlite", POSTGRES]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store_url(backend, request, tmp_path) -> str:
+    """An empty store's URL, on each backend."""
+    if backend == "sqlite":
+        return default_store_url(tmp_path / "home")
+    url = request.getfixturevalue("pg_module_url")
+    empty_postgres(url)
+    return url
+
+
+@pytest.fixture
+def store(store_url):
+    with open_store(store_url) as s:
+        yield s
+
+
+# --- records -----------------------------------------------------------------------------
 
 
 def make_session(id: str = "0198c0de-aaaa-7000-8000-000000000001", started_at=1_760_000_000.25):
@@ -76,7 +177,7 @@ def make_exchange(seq: int = 0, **overrides) -> Exchange:
                 ToolResult(tool_call_id="t1", content=[Text(text="a.txt")]),
                 ToolResult(tool_call_id="t2", is_error=True, name="bash_result", content=[
                     Media(type="image", sha256="cd" * 32)]),
-                Other(data={"type": "future_block", "x": [1, 2]}),
+                Other(data={"type": "future_block", "x": [1, 2.5, None]}),
             ]),
         ],
         stream=True,
@@ -117,6 +218,32 @@ def make_exchange(seq: int = 0, **overrides) -> Exchange:
     return Exchange(**(fields | overrides))
 
 
+def realistic_exchanges(n: int = 60, seed: int = 0) -> list[Exchange]:
+    """A synthetic Claude Code session (bench/gen_session.py), decoded by the real decoder."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gen_session
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from forge_record.decoders import anthropic_messages
+
+    dialect = anthropic_messages.DIALECT
+    out = []
+    for seq, call in enumerate(gen_session.calls(n, seed), 1):
+        decoder = dialect.response_decoder("text/event-stream")
+        decoder.feed(call.response)
+        out.append(Exchange(
+            seq=seq, dialect=dialect.name, url="https://api.anthropic.com" + call.path,
+            http_status=200, started_at=1_760_000_000.0 + seq, ended_at=1_760_000_000.5 + seq,
+            request=dialect.parse_request(call.request), response=decoder.finish(),
+            request_headers={"user-agent": "claude-cli/2.1.197 (external, cli)",
+                             "anthropic-version": "2023-06-01"},
+            response_headers={"request-id": f"req_{seed}_{seq}"},
+            raw_request=call.request, raw_response=call.response,
+        ))
+    return out
+
+
 def with_secret_headers(ex: Exchange) -> Exchange:
     return dataclasses.replace(
         ex,
@@ -124,6 +251,10 @@ def with_secret_headers(ex: Exchange) -> Exchange:
                                               "Cookie": "c=" + API_KEY},
         response_headers=ex.response_headers | {"Set-Cookie": "s=" + BEARER},
     )
+
+
+def without_raw(ex: Exchange) -> Exchange:
+    return dataclasses.replace(ex, raw_request=b"", raw_response=b"")
 
 
 def check_round_trip(store: Store) -> None:
@@ -136,8 +267,9 @@ def check_round_trip(store: Store) -> None:
         session, ended_at=1_760_000_100.5, exit_code=3)
     [with_raw] = store.iter_exchanges(session.id, raw=True)
     assert with_raw == exchange
-    [without_raw] = store.iter_exchanges(session.id)
-    assert without_raw == dataclasses.replace(exchange, raw_request=b"", raw_response=b"")
+    [plain] = store.iter_exchanges(session.id)
+    assert plain == without_raw(exchange)
+    assert store.get_exchange(session.id, 0, raw=True) == exchange
 
 
 def check_secrets_dropped(store: Store) -> None:
@@ -169,74 +301,137 @@ def add_summary_fixture(store: Store) -> None:
         store.add_exchange("old", ex)
 
 
-def check_summaries(store: Store) -> None:
-    add_summary_fixture(store)
-    newest, oldest = store.list_sessions()
-    assert (newest["id"], oldest["id"]) == ("new", "old")
-    assert oldest == store.session_summary("old")
-    assert {k: oldest[k] for k in SUMMARY_KEYS} == {
-        "calls": 3, "side_calls": 1, "tool_calls": 3, "input_tokens": 2, "output_tokens": 4,
-        "cache_read_tokens": 6, "cache_write_tokens": 8, "model": "m-first"}
-    assert {k: newest[k] for k in SUMMARY_KEYS} == dict.fromkeys(SUMMARY_KEYS, 0) | {"model": None}
-    assert oldest["harness"] == "claude" and oldest["tags"] == make_session().tags
-    assert [s["id"] for s in store.list_sessions(limit=1)] == ["new"]
-
-
 SUMMARY_KEYS = ("calls", "side_calls", "tool_calls", "input_tokens", "output_tokens",
                 "cache_read_tokens", "cache_write_tokens", "model")
 
 
-# --- SQLite ----------------------------------------------------------------------------------
+def count(store_url: str, table: str) -> int:
+    with open_store(store_url) as s, s.reading("count") as conn:
+        import sqlalchemy as sa
+
+        return conn.scalar(sa.text(f"SELECT count(*) FROM {table}"))
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "home" / "traces.db"
-
-
-@pytest.fixture
-def store(db_path: Path):
-    with open_store(default_store_url(db_path.parent)) as s:
-        yield s
-
-
-def raw_column(db_path: Path, column: str) -> bytes:
-    with sqlite3.connect(db_path) as conn:
-        return conn.execute(f"SELECT {column} FROM exchanges").fetchone()[0]
+# --- round trips -------------------------------------------------------------------------
 
 
 def test_round_trip(store):
     check_round_trip(store)
 
 
-def test_sqlite_is_in_wal_mode(store, db_path):
-    assert db_path.exists()
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+def test_every_exchange_of_a_realistic_session_rebuilds_byte_for_byte(store):
+    """60 calls of an agent loop (a moving cache_control marker, a sub-agent, title calls,
+    files re-read after edits): longer than one raw keyframe chain."""
+    sent = realistic_exchanges(60)
+    store.add_session(make_session("real"))
+    for ex in sent:
+        store.add_exchange("real", ex)
+    back = list(store.iter_exchanges("real", raw=True))
+    assert [e.seq for e in back] == [e.seq for e in sent]
+    for a, b in zip(sent, back):
+        assert b.raw_request == a.raw_request and b.raw_response == a.raw_response, a.seq
+        assert b == a, a.seq
+    assert list(store.iter_exchanges("real")) == [without_raw(e) for e in sent]
+    for ex in reversed(sent):  # random access, coldest cache first
+        assert store.get_exchange("real", ex.seq, raw=True) == ex
+    assert store.get_exchange("real", 7) == without_raw(sent[6])
 
 
-def test_raw_bodies_are_compressed_at_rest(store, db_path):
-    check_round_trip(store)
-    for column, plain in (("raw_request", RAW_REQUEST), ("raw_response", RAW_RESPONSE)):
-        stored = raw_column(db_path, column)
-        assert len(stored) < len(plain) / 4
-        assert plain[:40] not in stored
-        assert codec.decompress(stored) == plain
-    assert b"be brief" not in raw_column(db_path, "record")  # the record is compressed too
+def test_compaction_and_forks_rebuild_exactly(store):
+    """History that is not append-only: a compaction replaces old turns with a summary, a
+    retry forks from an earlier point, and the system prompt changes midway."""
+    def ask(seq, messages, system="sys"):
+        body = f'{{"n":{seq},"cache_control":"{seq}"}}'.encode() + b"x" * 300
+        return make_exchange(seq, request=Request(model="m", system=[Text(text=system)],
+                                                  messages=messages), raw_request=body)
+
+    u = [Message(role="user", content=[Text(text=f"turn {i} " * 50)]) for i in range(6)]
+    summary = Message(role="user", content=[Text(text="summary of turns 0-3")])
+    sent = [ask(1, u[:1]), ask(2, u[:3]), ask(3, u[:5]), ask(4, [summary, u[4]]),
+            ask(5, [summary, u[4], u[5]], system="new sys"), ask(6, u[:2]), ask(7, [])]
+    store.add_session(make_session("s"))
+    for ex in sent:
+        store.add_exchange("s", ex)
+    assert list(store.iter_exchanges("s", raw=True)) == sent
+    for ex in sent:
+        assert store.get_exchange("s", ex.seq, raw=True) == ex
 
 
-def test_empty_raw_bodies_stay_empty(store, db_path):
-    store.add_session(make_session())
-    store.add_exchange(make_session().id, make_exchange(raw_request=b"", raw_response=b""))
-    assert raw_column(db_path, "raw_request") == b""
-    [ex] = store.iter_exchanges(make_session().id, raw=True)
-    assert (ex.raw_request, ex.raw_response) == (b"", b"")
+def test_request_and_response_may_be_missing_or_undecodable(store):
+    sent = [make_exchange(1, request=None, flags=["request_decode_error"]),
+            make_exchange(2, response=None, raw_response=b""),
+            make_exchange(3, request=None, response=None, raw_request=b"", raw_response=b"")]
+    store.add_session(make_session("s"))
+    for ex in sent:
+        store.add_exchange("s", ex)
+    assert list(store.iter_exchanges("s", raw=True)) == sent
 
 
-def test_codec_round_trips():
-    obj = {"a": [1, 2.5, None, "ü"], "b": {"c": True}}
-    assert codec.unpack(codec.pack(obj)) == obj
-    assert codec.compress(b"") == b"" and codec.decompress(b"") == b""
+def test_blobs_are_stored_once_per_store(store, store_url):
+    """Two sessions with the same system prompt and tools share those blobs; a session's
+    requests share their message prefix."""
+    one = realistic_exchanges(12)
+    store.add_session(make_session("a"))
+    for ex in one:
+        store.add_exchange("a", ex)
+    blobs_after_one = count(store_url, "blobs")
+    store.add_session(make_session("b"))
+    for ex in one:
+        store.add_exchange("b", ex)
+    assert count(store_url, "blobs") == blobs_after_one
+    assert list(store.iter_exchanges("b", raw=True)) == one
+
+
+def test_storage_is_a_small_fraction_of_the_raw_bytes(store, store_url):
+    sent = realistic_exchanges(60)
+    store.add_session(make_session("s"))
+    for ex in sent:
+        store.add_exchange("s", ex)
+    raw = sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+    with store.reading("measure") as conn:
+        import sqlalchemy as sa
+
+        stored = sum(conn.scalar(sa.text(q)) for q in (
+            "SELECT sum(length(record) + length(raw_request) + length(raw_response)) "
+            "FROM exchanges", "SELECT sum(length(data)) FROM packs",
+            "SELECT sum(length(hash)) FROM blobs"))
+    assert raw / stored > 50  # the bench measures ~150x on 150 calls; this is 60
+
+
+def test_a_failed_write_does_not_corrupt_what_follows(store):
+    """A write that fails after its exchange was encoded (a duplicate seq) must not leave the
+    session's streams expecting a piece that was never committed."""
+    sent = realistic_exchanges(8)
+    store.add_session(make_session("s"))
+    for ex in sent[:4]:
+        store.add_exchange("s", ex)
+    with pytest.raises(StoreError, match="cannot add exchange 4"):
+        store.add_exchange("s", sent[3])
+    for ex in sent[4:]:
+        store.add_exchange("s", ex)
+    assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_write_if_absent_skips_what_is_stored(store):
+    session = make_session("s")
+    items = [AddSession(session), AddExchange("s", make_exchange(1)),
+             AddExchange("s", make_exchange(2)), EndSession("s", 5.0, 0)]
+    store.write(items[:2])
+    store.write(items, if_absent=True)
+    store.write(items, if_absent=True)
+    assert [e.seq for e in store.iter_exchanges("s")] == [1, 2]
+    assert store.get_session("s").exit_code == 0
+    with pytest.raises(StoreError, match="cannot add session s"):
+        store.write(items[:1])
+
+
+def test_missing_exchange_is_an_error(store):
+    store.add_session(make_session("s"))
+    with pytest.raises(StoreError, match="session s has no exchange 9"):
+        store.get_exchange("s", 9)
+
+
+# --- sessions ----------------------------------------------------------------------------
 
 
 def test_resolve_session(store):
@@ -267,7 +462,39 @@ def test_unknown_session_reads_and_end(store):
 
 
 def test_list_sessions_aggregates(store):
-    check_summaries(store)
+    add_summary_fixture(store)
+    newest, oldest = store.list_sessions()
+    assert (newest["id"], oldest["id"]) == ("new", "old")
+    assert oldest == store.session_summary("old")
+    assert {k: oldest[k] for k in SUMMARY_KEYS} == {
+        "calls": 3, "side_calls": 1, "tool_calls": 3, "input_tokens": 2, "output_tokens": 4,
+        "cache_read_tokens": 6, "cache_write_tokens": 8, "model": "m-first"}
+    assert {k: newest[k] for k in SUMMARY_KEYS} == dict.fromkeys(SUMMARY_KEYS, 0) | {"model": None}
+    assert oldest["harness"] == "claude" and oldest["tags"] == make_session().tags
+    assert [s["id"] for s in store.list_sessions(limit=1)] == ["new"]
+
+
+def test_status_tells_interrupted_sessions_apart(store):
+    """ended: the end was written; recording: no end, recorder alive; interrupted: no end
+    and its process is gone (this host) or silent for too long (any host)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    import socket
+
+    here = socket.gethostname()
+    store.add_session(make_session("ended"))
+    store.end_session("ended", 9.0, 0)
+    store.add_session(dataclasses.replace(make_session("alive"), host=here))
+    store.add_session(dataclasses.replace(make_session("killed"), host=here),
+                      recorder_pid=int(dead.stdout))
+    store.write([AddSession(make_session("silent"), recorder_pid=1,
+                            heartbeat_at=time.time() - 3600)])
+    store.write([AddSession(make_session("no-heartbeat"))])  # as rows from revision 0001
+    status = {s["id"]: s["status"] for s in store.list_sessions(limit=None)}
+    assert status == {"ended": "ended", "alive": "recording", "killed": "interrupted",
+                      "silent": "interrupted", "no-heartbeat": "interrupted"}
+    store.heartbeat(["silent"])
+    assert store.session_summary("silent")["status"] == "recording"
 
 
 def test_duplicate_seq_is_a_store_error(store):
@@ -278,11 +505,56 @@ def test_duplicate_seq_is_a_store_error(store):
     assert "\n" not in str(info.value)
 
 
-def test_secret_headers_never_reach_the_file(store, db_path):
+def test_secret_headers_are_dropped(store):
     check_secrets_dropped(store)
+
+
+# --- SQLite only -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "home" / "traces.db"
+
+
+@pytest.fixture
+def sqlite_store(db_path: Path):
+    with open_store(default_store_url(db_path.parent)) as s:
+        yield s
+
+
+def test_sqlite_is_in_wal_mode(sqlite_store, db_path):
+    assert db_path.exists()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_bodies_and_records_are_compressed_at_rest(sqlite_store, db_path):
+    check_round_trip(sqlite_store)
+    with sqlite3.connect(db_path) as conn:
+        raw_request, raw_response, record = conn.execute(
+            "SELECT raw_request, raw_response, record FROM exchanges").fetchone()
+        packed = b"".join(d for (d,) in conn.execute("SELECT data FROM packs"))
+    for stored, plain in ((raw_request, RAW_REQUEST), (raw_response, RAW_RESPONSE)):
+        assert len(stored) < len(plain) / 4
+        assert plain[:40] not in stored
+    for text in (b"be brief", b"a.txt", b"anthropic-version"):
+        assert text not in record + packed
+
+
+def test_a_damaged_blob_is_an_error_not_a_wrong_record(sqlite_store, db_path):
+    check_round_trip(sqlite_store)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE blobs SET start = start + 1")
+    with pytest.raises(StoreError, match="does not match its bytes"):
+        list(sqlite_store.iter_exchanges(make_session().id))
+
+
+def test_secret_headers_never_reach_the_file(sqlite_store, db_path):
+    check_secrets_dropped(sqlite_store)
     files = [p for p in db_path.parent.iterdir() if p.name.startswith(db_path.name)]
     assert db_path in files
-    store.close()  # checkpoints the WAL into the main file; check both states
+    sqlite_store.close()  # checkpoints the WAL into the main file; check both states
     files += [db_path]
     for path in files:
         if path.exists():

@@ -1,0 +1,159 @@
+"""Content addressing: records cut into canonical JSON blobs named by hash, and back.
+
+Pure functions, no SQL. A request is stored as references: its system prompt, its tool list
+and its other parameters are one blob each, and every message is a blob (`{"role", "content"}`,
+blocks inline). The response's content is a blob of the same shape (role "assistant"), so the
+next request, which repeats that answer as its last assistant message, references the same
+blob. A blob's bytes are canonical JSON of plain dicts (sorted keys, orjson), and its name is
+HASH_PREFIX + the first 128 bits of their sha256. The prefix versions the canonical form: if
+it ever changes, new names cannot collide with old ones.
+
+Dicts are hashed, never dataclasses: orjson's OPT_SORT_KEYS does not reorder dataclass
+fields, so two equal records could serialize differently.
+
+A manifest is what an exchange keeps besides blobs: every field of the record that is not
+content (as records.exchange_to_dict has them), the blob names, and how its message list
+derives from an earlier exchange of the session ({"parent": seq, "keep": k, "append": [...]},
+i.e. the parent's first k messages, then these). The normalized records read back equal to
+what was written (tests/test_store.py checks it on every exchange of a realistic session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, fields
+from typing import Any
+
+import orjson
+
+from forge_record.records import (
+    Exchange,
+    Message,
+    Request,
+    Response,
+    Tool,
+    block_to_dict,
+    exchange_from_dict,
+    response_to_dict,
+)
+
+HASH_PREFIX = "c1:"
+MANIFEST_VERSION = 1
+# The fields records.exchange_to_dict keeps besides the request and the response.
+_META_FIELDS = [f.name for f in fields(Exchange)
+                if f.name not in ("request", "response", "raw_request", "raw_response")]
+
+
+def canonical(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def name(data: bytes) -> str:
+    """The blob name of canonical bytes."""
+    return HASH_PREFIX + hashlib.sha256(data).hexdigest()[:32]
+
+
+def message_blob(message: Message) -> bytes:
+    return canonical({"role": message.role, "content": [block_to_dict(b) for b in message.content]})
+
+
+def system_blob(request: Request) -> bytes:
+    return canonical([block_to_dict(b) for b in request.system])
+
+
+def tools_blob(tools: list[Tool]) -> bytes:
+    return canonical([asdict(t) for t in tools])
+
+
+def parameters_blob(parameters: dict[str, Any]) -> bytes:
+    return canonical(parameters)
+
+
+def answer_blob(response: Response) -> bytes:
+    """The response's content as the assistant message the next request will repeat."""
+    return message_blob(Message(role="assistant", content=response.content))
+
+
+# --- manifests --------------------------------------------------------------------------
+
+
+def manifest(
+    exchange: Exchange,
+    request: dict[str, Any] | None,
+    answer: str | None,
+    raw_parent: int | None,
+) -> dict[str, Any]:
+    """The manifest of `exchange`; `request` holds its blob names and message derivation
+    (see request_refs), `answer` names its response content blob."""
+    # exchange_to_dict would turn the whole request into dicts only for us to drop them.
+    meta = {f: getattr(exchange, f) for f in _META_FIELDS}
+    response = None
+    if exchange.response is not None:
+        response = response_to_dict(exchange.response)
+        response["content"] = answer
+    return {"v": MANIFEST_VERSION, "exchange": meta, "request": request,
+            "response": response, "raw_parent": raw_parent}
+
+
+def request_refs(
+    request: Request, names: Mapping[str, str], parent: int | None, keep: int,
+    append: list[str],
+) -> dict[str, Any]:
+    """The request part of a manifest. `names` has the system, tools and parameters blob
+    names under those keys."""
+    return {"model": request.model, "stream": request.stream, "system": names["system"],
+            "tools": names["tools"], "parameters": names["parameters"], "parent": parent,
+            "keep": keep, "append": append}
+
+
+def message_names(manifests: Mapping[int, dict[str, Any]], seq: int,
+                  memo: dict[int, list[str]]) -> list[str]:
+    """The blob names of exchange `seq`'s messages, following parents through `manifests`
+    (every manifest of its segment up to it). `memo` carries lists already built."""
+    chain = []
+    at: int | None = seq
+    while at is not None and at not in memo:
+        chain.append(at)
+        refs = manifests[at]["request"]
+        at = refs["parent"] if refs else None
+    for s in reversed(chain):
+        refs = manifests[s]["request"]
+        if refs is None:
+            memo[s] = []
+        elif refs["parent"] is None:
+            memo[s] = list(refs["append"])
+        else:
+            memo[s] = memo[refs["parent"]][: refs["keep"]] + refs["append"]
+    return memo[seq]
+
+
+def rebuild(
+    found: dict[str, Any], messages: list[str], blob: Callable[[str], bytes],
+    raw_request: bytes = b"", raw_response: bytes = b"",
+) -> Exchange:
+    """The exchange a manifest describes; `blob(name)` returns a blob's bytes."""
+    data = dict(found["exchange"])
+    refs, response = found["request"], found["response"]
+    data["request"] = None if refs is None else {
+        "model": refs["model"], "stream": refs["stream"],
+        "system": orjson.loads(blob(refs["system"])),
+        "tools": orjson.loads(blob(refs["tools"])),
+        "parameters": orjson.loads(blob(refs["parameters"])),
+        "messages": [orjson.loads(blob(n)) for n in messages],
+    }
+    data["response"] = None if response is None else {
+        **response, "content": orjson.loads(blob(response["content"]))["content"]}
+    return exchange_from_dict(data, raw_request, raw_response)
+
+
+def referenced(found: dict[str, Any]) -> list[str]:
+    """Blob names a manifest itself mentions (messages kept from the parent are the
+    parent's); what gc keeps alive."""
+    names = []
+    if found["request"] is not None:
+        refs = found["request"]
+        names += [refs["system"], refs["tools"], refs["parameters"], *refs["append"]]
+    if found["response"] is not None:
+        names.append(found["response"]["content"])
+    return names

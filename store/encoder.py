@@ -1,0 +1,170 @@
+"""SessionEncoder: one session's exchanges, in the order they are written, as layout-2 rows.
+
+No SQL and no I/O; store.store runs it inside the write transaction. The encoder carries one
+*segment* of a session: two compressed streams (manifests, and packs of new blobs) and the
+last few exchanges, which later ones derive from:
+
+- Parent: among the RECENT exchanges written before it (with a smaller seq), the one whose
+  message list shares the longest prefix with this request's. The manifest stores only
+  "the parent's first k messages, then these". Agent loops append, so k is nearly all of it;
+  a compaction that rewrote history gives a small k, and the messages it kept still resolve
+  to blobs already stored. Messages are compared as records: `cache_control` markers are not
+  part of them, so a moved marker does not break the chain.
+- Raw parent: the same exchange, unless its raw chain is RAW_KEYFRAME_EVERY long (see
+  store.delta).
+- A segment ends when its streams have taken SEGMENT_BYTES of plain input, so that reading
+  one exchange never decodes more than that; the next exchange starts a new segment with a
+  fresh encoder and no parent.
+
+If a write fails, the store throws the encoder away: its streams already hold pieces that
+were never committed. The next write starts a new segment, so nothing committed depends on
+what was lost.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import deque
+from dataclasses import dataclass, field
+
+import orjson
+
+from forge_record.records import Exchange, Message, Request
+from forge_record.store import codec, content, delta
+
+SEGMENT_BYTES = 4 << 20
+RECENT = 8
+_PARTS = ("system", "tools", "parameters")
+
+
+@dataclass
+class Encoded:
+    seq: int
+    segment: int
+    piece: int
+    record: bytes  # the manifest's piece of the segment's manifest stream
+    raw_request: bytes
+    raw_response: bytes
+    blobs: dict[str, bytes]  # the blobs it names that its parent does not
+
+
+@dataclass
+class _Seen:
+    """What a later exchange of the segment may derive from."""
+
+    seq: int
+    request: Request | None
+    names: list[str]  # its messages' blob names
+    parts: dict[str, str]  # system / tools / parameters blob names
+    raw_request: bytes
+    raw_response: bytes
+    raw_depth: int  # 0 for a keyframe
+
+
+@dataclass
+class SessionEncoder:
+    segment: int
+    pieces: int = 0
+    group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
+    _manifests: codec.Stream = field(default_factory=codec.Stream)
+    _packs: codec.Stream = field(default_factory=codec.Stream)
+    _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
+    _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
+
+    @property
+    def full(self) -> bool:
+        return self._manifests.fed + self._packs.fed >= SEGMENT_BYTES
+
+    def encode(self, ex: Exchange) -> Encoded:
+        parent, keep = self._parent(ex)
+        blobs: dict[str, bytes] = {}
+        refs, names, parts = None, [], {}
+        if ex.request is not None:
+            parts = self._parts(ex.request, parent, blobs)
+            append = [self._keep(content.message_blob(m), blobs) for m in ex.request.messages[keep:]]
+            names = (parent.names[:keep] if parent else []) + append
+            refs = content.request_refs(ex.request, parts, parent and parent.seq, keep, append)
+        answer = self._keep(content.answer_blob(ex.response), blobs) if ex.response else None
+        raw_parent = parent if parent and parent.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY else None
+        hint = self._request_hint(refs, names, raw_parent is None)
+        raw_request = delta.encode(
+            ex.raw_request, raw_parent.raw_request if raw_parent else None, hint)
+        raw_response = delta.encode(ex.raw_response, None, response_hint(
+            raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")))
+        found = content.manifest(ex, refs, answer, raw_parent and raw_parent.seq)
+        piece = self._manifests.piece(orjson.dumps(found))
+        self._recent.append(_Seen(
+            ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
+            raw_parent.raw_depth + 1 if raw_parent else 0))
+        self.pieces += 1
+        return Encoded(ex.seq, self.segment, self.pieces - 1, piece, raw_request, raw_response,
+                       blobs)
+
+    def pack(self, datas: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+        """The next piece of this segment's pack stream, holding `datas` one after another;
+        with each one's (start, length) in the piece's plain bytes."""
+        spans, at = [], 0
+        for data in datas:
+            spans.append((at, len(data)))
+            at += len(data)
+        return self._packs.piece(b"".join(datas)), spans
+
+    def _parent(self, ex: Exchange) -> tuple[_Seen | None, int]:
+        if ex.request is None or not ex.request.messages:
+            return None, 0
+        best, keep = None, 0
+        # Longest lists first: once a candidate is no longer than the best shared prefix,
+        # no later one can beat it, and the full comparison is skipped.
+        for seen in sorted(self._recent, key=lambda s: (len(s.names), s.seq), reverse=True):
+            if len(seen.names) <= keep:
+                break
+            if seen.seq < ex.seq and seen.request is not None:
+                k = shared_prefix(seen.request.messages, ex.request.messages)
+                if k > keep:
+                    best, keep = seen, k
+        return best, keep
+
+    def _parts(self, request: Request, parent: _Seen | None, blobs: dict[str, bytes]) -> dict:
+        made = {"system": lambda: content.system_blob(request),
+                "tools": lambda: content.tools_blob(request.tools),
+                "parameters": lambda: content.parameters_blob(request.parameters)}
+        out = {}
+        for part in _PARTS:
+            if parent and getattr(parent.request, part) == getattr(request, part):
+                out[part] = parent.parts[part]
+            else:
+                out[part] = self._keep(made[part](), blobs)
+        return out
+
+    def _keep(self, data: bytes, blobs: dict[str, bytes]) -> str:
+        blob = content.name(data)
+        blobs[blob] = self._bytes[blob] = data
+        return blob
+
+    def _request_hint(self, refs: dict | None, names: list[str], keyframe: bool) -> bytes:
+        if refs is None:
+            return b""
+        if keyframe:
+            return request_hint([self._bytes[refs[p]] for p in _PARTS],
+                                [self._bytes[n] for n in names])
+        return request_hint([], [self._bytes[n] for n in refs["append"]])
+
+
+def request_hint(parts: list[bytes], messages: list[bytes]) -> bytes:
+    """What a raw request is compressed against besides its parent: a keyframe's every blob
+    (system, tools, parameters, messages), a delta's appended messages."""
+    return b"".join(parts) + b"".join(messages)
+
+
+def response_hint(parent_response: bytes, answer: bytes) -> bytes:
+    return parent_response + answer
+
+
+def shared_prefix(a: list[Message], b: list[Message]) -> int:
+    """How many leading messages two lists share (compared as records)."""
+    n = min(len(a), len(b))
+    if n == 0 or a[0] != b[0]:
+        return 0
+    if a[n - 1] == b[n - 1] and a[:n] == b[:n]:
+        return n
+    return next(i for i in range(n) if a[i] != b[i])

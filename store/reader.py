@@ -1,0 +1,201 @@
+"""Reading exchanges back: a whole session in order, or one exchange at random.
+
+Contract: every exchange reads back equal to the one written (records, and raw bodies byte
+for byte when asked for). Work is bounded per exchange: one exchange decodes the manifest
+pieces of its segment up to it (at most encoder.SEGMENT_BYTES of plain input), the pack
+groups holding its blobs, and at most delta.RAW_KEYFRAME_EVERY raw frames when raw bodies
+are asked for. Reading a session decodes each of those once. Every blob is checked against
+its name on the way out; a mismatch or a missing row is a StoreError, never a wrong record.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from forge_record.errors import StoreError
+from forge_record.records import Exchange, exchange_from_dict
+from forge_record.store import codec, content, delta
+from forge_record.store.encoder import request_hint, response_hint
+from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
+
+_CHUNK = 500  # names per IN (...) list
+_RAW_CACHE = 16
+
+
+def chunks(items: list, size: int = _CHUNK) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class BlobReader:
+    """Blob bytes by name; each pack group is decoded at most once per reader (again only
+    if a later pack of it is needed)."""
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+        self._plain: dict[str, bytes] = {}
+        self._packs: dict[int, bytes] = {}  # pack id -> plain bytes
+
+    def get(self, blob: str) -> bytes:
+        if blob not in self._plain:
+            self.load([blob])
+        return self._plain[blob]
+
+    def load(self, names: Iterable[str]) -> None:
+        wanted = sorted({n for n in names if n not in self._plain})
+        for part in chunks(wanted):
+            rows = self._conn.execute(
+                sa.select(blobs.c.hash, blobs.c.pack_id, blobs.c.start, blobs.c.length)
+                .where(blobs.c.hash.in_(part))).all()
+            self._decode_packs({r.pack_id for r in rows})
+            for r in rows:
+                data = self._packs[r.pack_id][r.start : r.start + r.length]
+                if content.name(data) != r.hash:
+                    raise StoreError(f"blob {r.hash} does not match its bytes: the store is damaged")
+                self._plain[r.hash] = data
+        missing = [n for n in wanted if n not in self._plain]
+        if missing:
+            raise StoreError(f"{len(missing)} blobs are missing, e.g. {missing[0]}")
+
+    def _decode_packs(self, ids: set[int]) -> None:
+        ids -= self._packs.keys()
+        if not ids:
+            return
+        groups = self._conn.execute(
+            sa.select(packs.c.group_id, sa.func.max(packs.c.id))
+            .where(packs.c.id.in_(sorted(ids))).group_by(packs.c.group_id)).all()
+        for group, last in groups:
+            rows = self._conn.execute(
+                sa.select(packs.c.id, packs.c.data)
+                .where(packs.c.group_id == group, packs.c.id <= last).order_by(packs.c.id)).all()
+            plains = codec.decode_pieces(r.data for r in rows)
+            self._packs.update((r.id, p) for r, p in zip(rows, plains))
+
+
+def segment_manifests(
+    conn: sa.Connection, session_id: str, segment: int, upto: int | None = None
+) -> dict[int, dict[str, Any]]:
+    """seq -> manifest for the segment's pieces (up to piece `upto`)."""
+    query = sa.select(exchanges.c.seq, exchanges.c.piece, exchanges.c.record).where(
+        exchanges.c.session_id == session_id, exchanges.c.segment == segment)
+    if upto is not None:
+        query = query.where(exchanges.c.piece <= upto)
+    rows = conn.execute(query.order_by(exchanges.c.piece)).all()
+    if [r.piece for r in rows] != list(range(len(rows))):
+        raise StoreError(f"session {session_id} segment {segment} has missing pieces")
+    plains = codec.decode_pieces(r.record for r in rows)
+    return {r.seq: orjson.loads(p) for r, p in zip(rows, plains)}
+
+
+def legacy(record: bytes, raw_request: bytes = b"", raw_response: bytes = b"") -> Exchange:
+    """A layout-1 row (revision 0001)."""
+    return exchange_from_dict(codec.unpack(record), codec.decompress(raw_request),
+                              codec.decompress(raw_response))
+
+
+class SessionReader:
+    """Rebuilds the layout-2 exchanges of one session."""
+
+    def __init__(self, conn: sa.Connection, session_id: str) -> None:
+        self.conn, self.session_id = conn, session_id
+        self.blobs = BlobReader(conn)
+        self.manifests: dict[int, dict[str, Any]] = {}
+        self._lists: dict[int, dict[int, list[str]]] = {}  # segment -> seq -> message names
+        self._segment_of: dict[int, int] = {}
+        self._raw: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()
+
+    def add_segment(self, segment: int, upto: int | None = None) -> None:
+        found = segment_manifests(self.conn, self.session_id, segment, upto)
+        self.manifests.update(found)
+        self._segment_of.update(dict.fromkeys(found, segment))
+        self._lists.setdefault(segment, {})
+        self.blobs.load(n for m in found.values() for n in content.referenced(m))
+
+    def exchange(self, seq: int, raw: bool, frames: tuple[bytes, bytes] | None = None) -> Exchange:
+        found = self.manifests[seq]
+        names = self.names(seq)
+        bodies = self.raw(seq, frames) if raw else (b"", b"")
+        return content.rebuild(found, names, self.blobs.get, *bodies)
+
+    def names(self, seq: int) -> list[str]:
+        segment = self._segment_of[seq]
+        return content.message_names(self.manifests, seq, self._lists[segment])
+
+    def raw(self, seq: int, frames: tuple[bytes, bytes] | None = None) -> tuple[bytes, bytes]:
+        """The raw bodies of `seq`, decoding its raw parents first (cached)."""
+        if seq in self._raw:
+            self._raw.move_to_end(seq)
+            return self._raw[seq]
+        found = self.manifests[seq]
+        parent = found["raw_parent"]
+        parent_bodies = self.raw(parent) if parent is not None else None
+        request_frame, response_frame = frames or self._frames(seq)
+        bodies = (
+            delta.decode(request_frame, parent_bodies and parent_bodies[0],
+                         self._request_hint(seq, keyframe=parent is None)),
+            delta.decode(response_frame, None, response_hint(
+                parent_bodies[1] if parent_bodies else b"", self._answer(found))),
+        )
+        self._raw[seq] = bodies
+        if len(self._raw) > _RAW_CACHE:
+            self._raw.popitem(last=False)
+        return bodies
+
+    def _frames(self, seq: int) -> tuple[bytes, bytes]:
+        row = self.conn.execute(
+            sa.select(exchanges.c.raw_request, exchanges.c.raw_response)
+            .where(exchanges.c.session_id == self.session_id, exchanges.c.seq == seq)).one()
+        return row.raw_request, row.raw_response
+
+    def _request_hint(self, seq: int, keyframe: bool) -> bytes:
+        refs = self.manifests[seq]["request"]
+        if refs is None:
+            return b""
+        if keyframe:
+            return request_hint([self.blobs.get(refs[p]) for p in ("system", "tools", "parameters")],
+                                [self.blobs.get(n) for n in self.names(seq)])
+        return request_hint([], [self.blobs.get(n) for n in refs["append"]])
+
+    def _answer(self, found: dict[str, Any]) -> bytes:
+        response = found["response"]
+        return self.blobs.get(response["content"]) if response else b""
+
+
+def read_session(conn: sa.Connection, session_id: str, raw: bool) -> Iterator[Exchange]:
+    """Every exchange of the session in seq order, streamed."""
+    reader = SessionReader(conn, session_id)
+    segments = conn.scalars(
+        sa.select(exchanges.c.segment).distinct().where(
+            exchanges.c.session_id == session_id, exchanges.c.layout != LAYOUT_RECORD)).all()
+    for segment in sorted(segments):
+        reader.add_segment(segment)
+    columns = [exchanges.c.seq, exchanges.c.layout, exchanges.c.record]
+    if raw:
+        columns += [exchanges.c.raw_request, exchanges.c.raw_response]
+    query = sa.select(*columns).where(exchanges.c.session_id == session_id)
+    for row in conn.execute(query.order_by(exchanges.c.seq).execution_options(yield_per=64)):
+        frames = (row.raw_request, row.raw_response) if raw else None
+        if row.layout == LAYOUT_RECORD:
+            yield legacy(row.record, *frames) if raw else legacy(row.record)
+        else:
+            yield reader.exchange(row.seq, raw, frames)
+
+
+def read_one(conn: sa.Connection, session_id: str, seq: int, raw: bool) -> Exchange | None:
+    """One exchange, decoding only what it depends on; None if there is no such exchange."""
+    row = conn.execute(
+        sa.select(exchanges.c.layout, exchanges.c.segment, exchanges.c.piece,
+                  exchanges.c.record, exchanges.c.raw_request, exchanges.c.raw_response)
+        .where(exchanges.c.session_id == session_id, exchanges.c.seq == seq)).first()
+    if row is None:
+        return None
+    if row.layout == LAYOUT_RECORD:
+        return legacy(row.record, row.raw_request, row.raw_response) if raw else legacy(row.record)
+    reader = SessionReader(conn, session_id)
+    reader.add_segment(row.segment, upto=row.piece)
+    return reader.exchange(seq, raw, (row.raw_request, row.raw_response))

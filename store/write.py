@@ -1,0 +1,239 @@
+"""The write path: a batch of items (new sessions, exchanges, ends) in one transaction.
+
+`Writes.apply(conn, items)` runs inside a transaction the caller opened and commits; if the
+transaction fails, the caller calls `forget()` so the encoders of the sessions involved start
+over (see store.encoder). Within a batch, sessions are added first, then exchanges, then ends.
+
+Blobs are shared by every session in the store, and other recorders write at the same time,
+so each batch:
+1. touches the blobs its exchanges name that this process has not touched in the last
+   FRESH_FOR seconds (`UPDATE ... SET touched_at RETURNING hash`, one statement, names in
+   sorted order so concurrent writers lock rows in the same order);
+2. packs the ones no row answered for into one new piece of the session's pack stream, and
+   inserts them with ON CONFLICT DO NOTHING (another writer may have inserted the same blob
+   meanwhile; its copy wins and ours is dead weight in our pack).
+gc deletes only blobs untouched for longer than its grace period (much longer than FRESH_FOR)
+that no committed manifest names, so a blob a writer relies on without touching was touched
+by it recently. If gc deleted a blob just before step 1, step 1 misses it and step 2 writes
+it again.
+
+With `if_absent`, items already stored are skipped instead of failing (a session or an
+exchange with the same key): spool replay and push use it, so repeating them is harmless.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from forge_record.errors import SessionNotFound
+from forge_record.records import RECORD_VERSION, Exchange, Response, Session, ToolCall, session_to_dict
+from forge_record.redact import SECRET_HEADERS, redact_url
+from forge_record.store.encoder import Encoded, SessionEncoder
+from forge_record.store.reader import chunks
+from forge_record.store.schema import LAYOUT_CONTENT, blobs, exchanges, packs, sessions
+
+FRESH_FOR = 600.0
+TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+_ENCODERS = 8  # sessions whose encoder is kept between batches
+
+
+@dataclass(frozen=True)
+class AddSession:
+    session: Session
+    recorder_pid: int | None = None
+    heartbeat_at: float | None = None
+
+
+@dataclass(frozen=True)
+class AddExchange:
+    session_id: str
+    exchange: Exchange
+
+
+@dataclass(frozen=True)
+class EndSession:
+    session_id: str
+    ended_at: float
+    exit_code: int | None
+    harness_version: str | None = None
+
+
+Item = AddSession | AddExchange | EndSession
+
+
+def describe(item: Item) -> str:
+    match item:
+        case AddSession(session=s):
+            return f"session {s.id}"
+        case AddExchange(session_id=sid, exchange=ex):
+            return f"exchange {ex.seq} of session {sid}"
+        case EndSession(session_id=sid):
+            return f"end of session {sid}"
+
+
+class Writes:
+    """Encoder state and the blob freshness cache of one Store; used under its write lock."""
+
+    def __init__(self) -> None:
+        self._encoders: OrderedDict[str, SessionEncoder] = OrderedDict()
+        self._fresh: dict[str, float] = {}
+
+    def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
+        """Write `items`; returns the blob names to mark fresh once the caller committed."""
+        now = time.time()
+        for item in items:
+            if isinstance(item, AddSession):
+                _add_session(conn, item, if_absent)
+        adds = [i for i in items if isinstance(i, AddExchange)]
+        touched = self._add_exchanges(conn, adds, if_absent, now) if adds else set()
+        for item in items:
+            if isinstance(item, EndSession):
+                _end_session(conn, item)
+        return touched
+
+    def committed(self, touched: set) -> None:
+        now = time.time()
+        self._fresh.update(dict.fromkeys(touched, now))
+        if len(self._fresh) > 100_000:
+            self._fresh = {k: t for k, t in self._fresh.items() if now - t < FRESH_FOR}
+
+    def forget(self, session_ids: set[str]) -> None:
+        for sid in session_ids:
+            self._encoders.pop(sid, None)
+
+    def _add_exchanges(self, conn, adds: list[AddExchange], if_absent: bool, now: float) -> set:
+        if if_absent:
+            adds = _not_yet_stored(conn, adds)
+        encoded: list[tuple[str, Exchange, Encoded, SessionEncoder]] = []
+        for add in adds:
+            ex = cleaned(add.exchange)
+            encoder = self._encoder(conn, add.session_id)
+            encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
+        touched = self._store_blobs(conn, encoded, now)
+        if encoded:
+            conn.execute(exchanges.insert(), [_row(sid, ex, enc) for sid, ex, enc, _ in encoded])
+            ids = sorted({sid for sid, _, _, _ in encoded})
+            conn.execute(sessions.update().where(sessions.c.id.in_(ids)).values(heartbeat_at=now))
+        return touched
+
+    def _encoder(self, conn: sa.Connection, session_id: str) -> SessionEncoder:
+        enc = self._encoders.get(session_id)
+        if enc is None or enc.full:
+            last = conn.scalar(sa.select(sa.func.max(exchanges.c.segment))
+                               .where(exchanges.c.session_id == session_id))
+            floor = max(-1 if last is None else last, enc.segment if enc else -1)
+            enc = SessionEncoder(segment=floor + 1)
+            self._encoders[session_id] = enc
+        self._encoders.move_to_end(session_id)
+        while len(self._encoders) > _ENCODERS:
+            self._encoders.popitem(last=False)
+        return enc
+
+    def _store_blobs(self, conn, encoded: list, now: float) -> set:
+        owner: dict[str, tuple[SessionEncoder, bytes]] = {}  # name -> (encoder bringing it, bytes)
+        for _, _, enc, encoder in encoded:
+            for blob, data in enc.blobs.items():
+                owner.setdefault(blob, (encoder, data))
+        stale = sorted(b for b in owner if now - self._fresh.get(b, 0.0) >= FRESH_FOR)
+        present: set[str] = set()
+        for part in chunks(stale):
+            present.update(conn.scalars(blobs.update().where(blobs.c.hash.in_(part))
+                                        .values(touched_at=now).returning(blobs.c.hash)))
+        missing: dict[int, list[str]] = {}  # by encoder
+        for blob in stale:
+            if blob not in present:
+                missing.setdefault(id(owner[blob][0]), []).append(blob)
+        for names in missing.values():
+            _pack(conn, owner[names[0]][0], names, [owner[n][1] for n in names], now)
+        return set(stale)
+
+
+def _pack(conn, encoder: SessionEncoder, names: list[str], datas: list[bytes], now: float) -> None:
+    piece, spans = encoder.pack(datas)
+    pack_id = conn.scalar(packs.insert().values(
+        group_id=encoder.group, size=sum(len(d) for d in datas), data=piece).returning(packs.c.id))
+    rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": now}
+            for n, (s, ln) in zip(names, spans)]
+    conn.execute(_insert(conn, blobs).on_conflict_do_nothing(index_elements=["hash"]), rows)
+
+
+def _insert(conn: sa.Connection, table: sa.Table) -> Any:
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
+def _add_session(conn: sa.Connection, item: AddSession, if_absent: bool) -> None:
+    row = session_to_dict(item.session)
+    row["user_name"] = row.pop("user")
+    row.update(record_version=RECORD_VERSION, recorder_pid=item.recorder_pid,
+               heartbeat_at=item.heartbeat_at)
+    if if_absent:
+        conn.execute(_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"]), row)
+    else:
+        conn.execute(sessions.insert(), row)
+
+
+def _end_session(conn: sa.Connection, item: EndSession) -> None:
+    values: dict[str, Any] = {"ended_at": item.ended_at, "exit_code": item.exit_code}
+    if item.harness_version:
+        values["harness_version"] = item.harness_version
+    query = sessions.update().where(sessions.c.id == item.session_id).values(**values)
+    if conn.execute(query).rowcount == 0:
+        raise SessionNotFound(f"no session matches {item.session_id!r}")
+
+
+def _not_yet_stored(conn: sa.Connection, adds: list[AddExchange]) -> list[AddExchange]:
+    stored: set[tuple[str, int]] = set()
+    for sid in {a.session_id for a in adds}:
+        seqs = [a.exchange.seq for a in adds if a.session_id == sid]
+        for part in chunks(seqs):
+            stored.update((sid, s) for s in conn.scalars(sa.select(exchanges.c.seq).where(
+                exchanges.c.session_id == sid, exchanges.c.seq.in_(part))))
+    out, seen = [], set()
+    for a in adds:  # a batch may hold the same exchange twice (a replay of a replay)
+        key = (a.session_id, a.exchange.seq)
+        if key not in stored and key not in seen:
+            seen.add(key)
+            out.append(a)
+    return out
+
+
+def cleaned(ex: Exchange) -> Exchange:
+    """Secrets never reach the database, even if a caller forgot to drop them."""
+    return dataclasses.replace(
+        ex,
+        url=redact_url(ex.url),
+        request_headers=_without_secrets(ex.request_headers),
+        response_headers=_without_secrets(ex.response_headers),
+    )
+
+
+def _without_secrets(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in SECRET_HEADERS}
+
+
+def _row(session_id: str, ex: Exchange, enc: Encoded) -> dict[str, Any]:
+    response = ex.response or Response()
+    return {
+        "session_id": session_id,
+        **{k: getattr(ex, k) for k in ("seq", "dialect", "kind", "method", "url", "status")},
+        **{k: getattr(ex, k) for k in ("http_status", "started_at", "first_byte_at", "ended_at")},
+        # What the agent asked for names the call even when no response came back.
+        "model": (ex.request.model if ex.request else None) or response.model,
+        **{c: getattr(response.usage, c) for c in TOKEN_COLUMNS},
+        "tool_calls": sum(isinstance(b, ToolCall) for b in response.content),
+        "flags": list(ex.flags),
+        "record": enc.record,
+        "raw_request": enc.raw_request,
+        "raw_response": enc.raw_response,
+        "layout": LAYOUT_CONTENT,
+        "segment": enc.segment,
+        "piece": enc.piece,
+    }
