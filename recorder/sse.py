@@ -51,34 +51,47 @@ class SSEDecoder:
         if end < 0:
             self._partial += chunk  # amortized O(1): a long line may come a byte at a time
             return []
-        self._partial += chunk[: end + 1]
-        lines = self._partial.splitlines()  # bytes split only at \r, \n and \r\n
+        if self._partial:
+            self._partial += chunk[: end + 1]
+            block = bytes(self._partial)
+        else:  # the common case: the chunk starts a line, so nothing is copied twice
+            block = chunk if end + 1 == len(chunk) else chunk[: end + 1]
         self._partial = bytearray(chunk[end + 1 :])
         self._after_cr = chunk[end] == _CR
-        return self._take(lines)
+        return self._take(block)
 
     def flush(self) -> list[ServerSentEvent]:
         """End of stream: the unterminated last line counts, and so does an unended event."""
-        lines = [self._partial] if self._partial else []
+        line = bytes(self._partial)
         self._partial = bytearray()
         self._after_cr = False
-        events = self._take(lines)
+        events = self._take(line + b"\n") if line else []
         last = self._dispatch()
         if last is not None:
             events.append(last)
         return events
 
-    def _take(self, lines: list[bytearray]) -> list[ServerSentEvent]:
+    def _take(self, block: bytes) -> list[ServerSentEvent]:
+        """Apply `block`, whole lines each ending in \\n, \\r or \\r\\n."""
+        # Decoding the block at once equals decoding each line alone: a bad or cut UTF-8
+        # sequence never spans a line ending (those are ASCII), so it is replaced the same.
+        text = block.decode("utf-8", "replace")
+        if "\r" in text:
+            lines = [raw.decode("utf-8", "replace") for raw in block.splitlines()]
+        else:
+            lines = text.split("\n")
+            lines.pop()  # the block ends with a line ending: nothing follows it
+        if self._first_line and lines:
+            self._first_line = False
+            lines[0] = lines[0].removeprefix("\ufeff")  # the spec strips one leading BOM
         events = []
-        for raw in lines:
-            line = raw.decode("utf-8", "replace")
-            if self._first_line:
-                self._first_line = False
-                line = line.removeprefix("\ufeff")  # the spec strips one leading BOM
+        for line in lines:
             if not line:
                 event = self._dispatch()
                 if event is not None:
                     events.append(event)
+            elif line.startswith("data:"):  # most lines: the general case, made short
+                self._data.append(line[6:] if line[5:6] == " " else line[5:])
             elif line[0] != ":":
                 self._field(line)
         return events
