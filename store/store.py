@@ -210,6 +210,14 @@ class Store:
         with self._guard("write heartbeat"), self._writing.begin() as conn:
             conn.execute(query.values(heartbeat_at=time.time()))
 
+    def abandon(self, session_ids: set[str]) -> None:
+        """Say that the recorder of these sessions is gone (its spool was replayed by someone
+        else): any of them without an end now shows as interrupted."""
+        query = sessions.update().where(sessions.c.id.in_(sorted(session_ids)),
+                                        sessions.c.ended_at.is_(None))
+        with self._guard("mark sessions interrupted"), self._writing.begin() as conn:
+            conn.execute(query.values(heartbeat_at=None))
+
     def ping(self) -> None:
         """StoreUnavailable unless the database answers."""
         with self._guard("reach database"), self._engine.connect() as conn:

@@ -84,6 +84,7 @@ class Writer:
         self.dropped = 0
         self.spooled = 0
         self.replayed = 0
+        self.batches = 0  # transactions the store was asked for, for tests and benchmarks
         self._spool = spooling.Spool(spool_dir or default_spool_dir(),
                                      store_fingerprint or store.fingerprint)
         self._down = store is None
@@ -211,6 +212,7 @@ class Writer:
             self._spill(items)
             return
         try:
+            self.batches += 1
             self.store.write(items)
             self.written += len(items)
         except StoreUnavailable as e:
@@ -268,11 +270,24 @@ class Writer:
         self.store.write(items, if_absent=True)
 
     def _replay_orphans(self) -> None:
+        """Replay spool files that dead writers left for this store. Their sessions that
+        did not end were cut short: they are marked so (Store.abandon)."""
         for path in spooling.orphans(self._spool.directory, self._spool.fingerprint):
             if path == self._spool.path:
                 continue
+            seen: set[str] = set()
+            ended: set[str] = set()
+
+            def write(items: list[Item]) -> None:
+                for item in items:
+                    sid = item.session.id if isinstance(item, AddSession) else item.session_id
+                    (ended if isinstance(item, EndSession) else seen).add(sid)
+                self._replay_write(items)
+
             try:
-                done = spooling.replay_file(path, self._replay_write)
+                done = spooling.replay_file(path, write)
+                if done:
+                    self.store.abandon(seen - ended)
             except StoreError:
                 log.exception("forge-record: could not replay %s; kept for later", path)
                 continue

@@ -1,0 +1,324 @@
+"""The spool: its file format, who replays which file, and real store outages.
+
+Outages are real: the Postgres store is reached through a TCP relay that this module starts
+and stops on a fixed local port, so the store URL first answers, then refuses, then answers
+again. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_store import (  # noqa: F401 - fixtures
+    API_KEY,
+    backend,
+    make_exchange,
+    make_session,
+    new_database,
+    pg_admin,
+    pg_module_url,
+    realistic_exchanges,
+    store,
+    store_url,
+    with_secret_headers,
+)
+
+from forge_record.store import Writer, open_store
+from forge_record.store import spool as spooling
+from forge_record.store.engine import make_engine
+from forge_record.store.store import fingerprint
+from forge_record.store.spool import Spool
+from forge_record.store.write import AddExchange, AddSession, EndSession
+
+
+def items():
+    return [AddSession(make_session("s"), 123, 4.5), AddExchange("s", make_exchange(1)),
+            AddExchange("s", make_exchange(2, raw_response=b"")), EndSession("s", 9.0, 0, "2.1")]
+
+
+def read_items(path: Path) -> list:
+    with open(path, "rb") as f:
+        return list(spooling.read(f))
+
+
+def test_items_read_back_and_a_torn_tail_is_ignored(tmp_path):
+    spool = Spool(tmp_path, "fp")
+    spool.append(items()[:2])
+    spool.append(items()[2:])
+    path = spool.path
+    assert path.name.startswith("fp-") and path.suffix == ".spool"
+    spool.close()
+    assert read_items(path) == items()
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])  # the recorder died inside the last frame
+    assert read_items(path) == items()[:3]
+    first = len(spooling.MAGIC)
+    second = first + 9 + int.from_bytes(data[first + 1 : first + 5], "big")
+    assert data[second : second + 1] == b"F"  # damage the second frame's payload:
+    path.write_bytes(data[: second + 20] + b"\x00" + data[second + 21 :])
+    assert read_items(path) == items()[:1]
+
+
+def test_secrets_never_reach_the_spool(tmp_path):
+    spool = Spool(tmp_path, "fp")
+    spool.append([AddExchange("s", with_secret_headers(make_exchange(1)))])
+    [item] = read_items(spool.path)
+    assert item.exchange.request_headers == make_exchange(1).request_headers
+    assert API_KEY.encode() not in spool.path.read_bytes()
+    spool.close()
+
+
+SPOOL_AND_DIE = """
+import os, sys
+from forge_record.store.spool import Spool
+from forge_record.store.write import AddExchange
+from forge_record.records import Exchange
+spool = Spool(sys.argv[1], sys.argv[2])
+spool.append([AddExchange("s", Exchange(dialect="d", seq=n, raw_request=b"r%d" % n))
+              for n in range(int(sys.argv[3]))])
+os._exit(0)  # no close: the lock goes with the process
+"""
+
+
+def spool_and_die(directory: Path, print_: str, n: int) -> None:
+    subprocess.run([sys.executable, "-c", SPOOL_AND_DIE, str(directory), print_, str(n)],
+                   check=True, timeout=60)
+
+
+def test_a_live_spool_is_left_alone_an_orphan_is_replayed_once(tmp_path, store):
+    live = Spool(tmp_path, "fp")
+    live.append(items()[:1])
+    spool_and_die(tmp_path, "fp", 3)
+    live_path, [orphan] = live.path, [p for p in spooling.orphans(tmp_path, "fp")
+                                      if p != live.path]
+    store.add_session(make_session("s"))
+    written = []
+
+    def write(batch):
+        written.extend(batch)
+        store.write(batch, if_absent=True)
+
+    assert spooling.replay_file(live_path, write) is None and live_path.exists()
+    assert spooling.replay_file(orphan, write) == 3 and not orphan.exists()
+    assert spooling.replay_file(orphan, write) is None
+    assert sorted(store.seqs("s")) == [0, 1, 2]
+    live.close(delete=True)
+    assert spooling.orphans(tmp_path, "fp") == []
+
+
+def test_a_writer_replays_what_an_earlier_run_left(store, store_url, tmp_path):
+    store.add_session(make_session("s"))
+    spool_and_die(tmp_path / "spool", store.fingerprint, 5)
+    spool_and_die(tmp_path / "spool", "another-store", 2)
+    writer = Writer(open_store(store_url), spool_dir=tmp_path / "spool")
+    writer.close()
+    assert writer.replayed == 5
+    assert sorted(store.seqs("s")) == [0, 1, 2, 3, 4]
+    assert [p.name.split("-")[0] for p in (tmp_path / "spool").iterdir()] == ["another"]
+
+
+# --- real outages (Postgres through a relay) ---------------------------------------------
+
+
+class Relay:
+    """A TCP relay on a fixed local port to the Postgres server; stop() refuses and drops
+    every connection, start() answers again on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._listener: socket.socket | None = None
+        self._open: list[socket.socket] = []
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            try:  # close() alone would not wake the accept() in progress: it keeps listening
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        for sock in self._open:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        self._open = []
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+@pytest.fixture
+def relayed(new_database):
+    """(store URL through the relay, the relay), the relay started, the store migrated."""
+    direct = new_database()
+    host_port = direct.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    relay = Relay((host, int(port)))
+    relay.start()
+    url = direct.replace(host_port, f"127.0.0.1:{relay.port}")
+    open_store(url).close()
+    yield url, relay
+    relay.stop()
+
+
+def wait_for(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_an_outage_during_a_session_is_spooled_and_replayed(relayed, tmp_path):
+    url, relay = relayed
+    sent = realistic_exchanges(30)
+    writer = Writer.open(url, spool_dir=tmp_path / "spool", retry_every=0.2)
+    writer.submit_session(make_session("s"))
+    for ex in sent[:10]:
+        writer.submit_exchange("s", ex)
+    wait_for(lambda: writer.written == 11, "the first exchanges to be written")
+
+    relay.stop()
+    for ex in sent[10:20]:
+        writer.submit_exchange("s", ex)
+    wait_for(lambda: writer.spooled == 10, "the exchanges to be spooled")
+    spooled_in = writer.spool_path
+    assert spooled_in.exists() and spooled_in.parent == tmp_path / "spool"
+
+    relay.start()
+    wait_for(lambda: writer.replayed == 10 and writer.spool_path is None, "the replay")
+    assert not spooled_in.exists()
+    for ex in sent[20:]:
+        writer.submit_exchange("s", ex)
+    writer.submit_end("s", 99.0, 0)
+    writer.close()
+    assert (writer.failed, writer.dropped) == (0, 0)
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+        assert store.session_summary("s")["status"] == "ended"
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_store_down_for_a_whole_run_gets_it_at_the_next_run(relayed, tmp_path):
+    url, relay = relayed
+    relay.stop()
+    sent = realistic_exchanges(6)
+    first = Writer.open(url, spool_dir=tmp_path / "spool", retry_every=0.2)
+    first.submit_session(make_session("s"))
+    for ex in sent:
+        first.submit_exchange("s", ex)
+    first.submit_end("s", 99.0, 3)
+    first.close()
+    assert (first.written, first.spooled) == (0, 8)
+    assert len(list((tmp_path / "spool").glob("*.spool"))) == 1
+
+    relay.start()
+    second = Writer.open(url, spool_dir=tmp_path / "spool")
+    second.close()
+    assert second.replayed == 8
+    assert list((tmp_path / "spool").glob("*.spool")) == []
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+        assert store.get_session("s").exit_code == 3
+
+
+KILLED_WHILE_DOWN = """
+import sys, time
+from forge_record.records import Exchange, Session
+from forge_record.store import Writer
+writer = Writer.open(sys.argv[1], spool_dir=sys.argv[2], retry_every=0.2)
+writer.submit_session(Session(id="k"))
+for seq in range(1000):
+    writer.submit_exchange("k", Exchange(dialect="d", seq=seq, raw_request=b"q%d" % seq))
+    print(seq, flush=True)
+    time.sleep(0.02)
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_recorder_killed_during_an_outage_loses_at_most_one_exchange(relayed, tmp_path):
+    url, relay = relayed
+    relay.stop()
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_DOWN, url,
+                              str(tmp_path / "spool")], stdout=subprocess.PIPE, text=True)
+    submitted = -1
+    while submitted < 30:
+        submitted = int(child.stdout.readline())
+    child.send_signal(signal.SIGKILL)
+    child.wait(30)
+    submitted = max([submitted, *(int(line) for line in child.stdout.read().split())])
+    relay.start()
+    Writer.open(url, spool_dir=tmp_path / "spool").close()
+    with open_store(url) as store:
+        stored = sorted(store.seqs("k"))
+        assert stored == list(range(len(stored))) and len(stored) >= submitted
+        assert store.session_summary("k")["status"] == "interrupted"
+
+
+def test_fingerprint_names_the_store_without_its_password():
+    a = make_engine("postgresql://u:secret-one@127.0.0.1:5432/db")
+    b = make_engine("postgresql://u:secret-two@127.0.0.1:5432/db")
+    try:
+        assert fingerprint(a) != fingerprint(b)
+        assert "secret" not in fingerprint(a) and len(fingerprint(a)) == 16
+    finally:
+        a.dispose()
+        b.dispose()
+
+
+def test_replay_is_idempotent_with_what_reached_the_store(store, tmp_path):
+    """An item can reach the store and be spooled too (the commit landed, the answer did
+    not): replaying writes it once."""
+    store.write(items()[:2])
+    spool = Spool(tmp_path, store.fingerprint)
+    spool.append(items())
+    assert spool.drain(lambda batch: store.write(batch, if_absent=True)) == 4
+    assert sorted(store.seqs("s")) == [1, 2]
+    assert store.get_session("s").exit_code == 0
+    assert dataclasses.replace(store.get_exchange("s", 2, raw=True)) == items()[2].exchange
