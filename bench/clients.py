@@ -55,6 +55,7 @@ class Target:
 class Timing:
     start: int  # ns, CLOCK_MONOTONIC
     end: int = 0
+    stop: int = 0  # when message_stop arrived
     arrivals: list[tuple[int, int]] = field(default_factory=list)  # (arrived, sent), ns
 
     def summary(self) -> dict[str, float | bool | int]:
@@ -70,6 +71,9 @@ class Timing:
             # sending text (before it sent the last delta).
             "streamed": first_arrival < last_sent,
             "events": len(lags),
+            # How long the stream's end (the last chunk) trailed its last event: what a
+            # proxy does between passing message_stop on and ending the response.
+            "eom_ms": (self.end - self.stop) / 1e6 if self.stop else float("nan"),
         }
 
 
@@ -89,6 +93,8 @@ class SdkClient:
             for event in stream:
                 if event.type == "content_block_delta" and event.delta.type == "text_delta":
                     timing.arrivals.append((time.monotonic_ns(), int(event.delta.text[2:])))
+                elif event.type == "message_stop":
+                    timing.stop = time.monotonic_ns()
         timing.end = time.monotonic_ns()
         return timing
 
@@ -118,6 +124,8 @@ class RawClient:
                 # it is complete, and timed by the chunk that completed it.
                 whole, sep, pending = (pending + chunk).rpartition(b"\n\n")
                 timing.arrivals += [(now, int(s)) for s in _SENT.findall(whole)]
+                if b"event: message_stop" in whole:
+                    timing.stop = now
         timing.end = time.monotonic_ns()
         return timing
 

@@ -43,7 +43,8 @@ PROXIES = {  # configuration -> (proxy kind, routing mode)
 ALL_CONFIGS = ["direct", *PROXIES]
 PAIRS = {"reverse": ("forge-rev", "bare-rev"), "forward": ("forge-fwd", "bare-fwd")}
 FIGURES = ("ttft_ms", "total_ms", "event_p50_ms", "event_p99_ms")
-PROBE_MODEL = "bench-5-2000-5"  # a short stream, for more TTFT samples
+DIAGNOSTICS = ("ttft_b2b_ms", "eom_ms")  # reported, not targets
+PROBE_MODEL = "bench-5-2000-5"  # a short stream: TTFT of back-to-back calls
 FULL = {"rounds": 6, "ttft_probes": 4, "text": 500, "fragments": 40, "interval_us": 2000,
         "request_kb": 32, "budget_s": 150, "configs": ALL_CONFIGS}
 QUICK = {"rounds": 2, "ttft_probes": 2, "text": 150, "fragments": 40, "interval_us": 2000,
@@ -51,14 +52,17 @@ QUICK = {"rounds": 2, "ttft_probes": 2, "text": 150, "fragments": 40, "interval_
          "configs": [c for c in ALL_CONFIGS if c != "buffered-rev"]}
 
 
-def _targets(children: Children, configs: list[str], mock_url: str, tmp: Path) -> dict:
+def _targets(children: Children, p: dict, mock_url: str, tmp: Path) -> dict:
     targets = {}
-    for name in configs:
+    for name in p["configs"]:
         if name == "direct":
             targets[name] = Target(name, mock_url)
             continue
-        kind, mode = PROXIES[name]
-        proxy = start_proxy(children, kind, mode, mock_url, tmp, name)
+        extra = ()
+        if name not in PROXIES:  # forge-rev-NAME: forge with the experiment NAME (--variant)
+            extra = tuple(p["variants"][name.removeprefix("forge-rev-")].split())
+        kind, mode = PROXIES.get(name, ("forge", "reverse"))
+        proxy = start_proxy(children, kind, mode, mock_url, tmp, name, extra)
         url = f"http://127.0.0.1:{proxy.port}"
         targets[name] = (Target(name, url) if mode == "reverse" else
                          Target(name, "https://api.anthropic.com", proxy=url, verify=proxy.ca))
@@ -66,14 +70,13 @@ def _targets(children: Children, configs: list[str], mock_url: str, tmp: Path) -
 
 
 def _one_run(client, p: dict, messages: list[dict]) -> dict:
-    """The long stream, then `ttft_probes` short ones: TTFT is the median of them all (one
-    sample per long stream alone would leave it at the mercy of one scheduler hiccup)."""
+    """The long stream, then `ttft_probes` short ones right after each other: their TTFT
+    is what a call made while the recorder still stores the previous one gets."""
     s = client.stream_once(p["model"], messages).summary()
     lags = s.pop("event_lags_ms")
     s["event_p50_ms"], s["event_p99_ms"] = median(lags), percentile(lags, 99)
-    probes = [client.stream_once(PROBE_MODEL, messages).summary()["ttft_ms"]
-              for _ in range(p["ttft_probes"])]
-    s["ttft_ms"] = median([s["ttft_ms"], *probes])
+    s["ttft_b2b_ms"] = median([client.stream_once(PROBE_MODEL, messages).summary()["ttft_ms"]
+                               for _ in range(p["ttft_probes"])])
     return s
 
 
@@ -85,7 +88,7 @@ def measure(p: dict) -> dict:
     started = time.monotonic()
     with Children() as children, tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
         _, mock_url = start_mock(children)
-        targets = _targets(children, p["configs"], mock_url, Path(tmp))
+        targets = _targets(children, p, mock_url, Path(tmp))
         clients = {(c, k): CLIENTS[k](t) for c, t in targets.items() for k in p["clients"]}
         for client in clients.values():  # open every connection before timing anything
             client.stream_once("bench-5-0-3", messages)
@@ -111,8 +114,8 @@ def summarize(result: dict) -> dict:
     for config, by_client in runs.items():
         for client, rounds in by_client.items():
             base = runs.get("direct", {}).get(client)
-            row = {f: median([r[f] for r in rounds]) for f in FIGURES}
-            for f in FIGURES:
+            row = {f: median([r[f] for r in rounds]) for f in FIGURES + DIAGNOSTICS}
+            for f in FIGURES + DIAGNOSTICS:
                 diffs = [r[f] - b[f] for r, b in zip(rounds, base or [])]
                 row[f"added_{f}"] = median(diffs) if base else float("nan")
             row["streamed"] = all(r["streamed"] for r in rounds)
@@ -134,20 +137,23 @@ def markdown(result: dict) -> str:
     lines = [
         f"Stream: {p['text']} text deltas every {p['interval_us'] / 1000:g} ms, then a tool_use "
         f"of {p['fragments']} input_json_delta fragments; request ~{p['request_kb']} KB; "
-        f"{p['rounds_done']} interleaved rounds; warm keep-alive connections; TTFT is the median "
-        f"of the long stream and {p['ttft_probes']} short ones per round. Times in ms; "
+        f"{p['rounds_done']} interleaved rounds; warm keep-alive connections. \"b2b\": TTFT of "
+        f"{p['ttft_probes']} short calls made back to back after the long one (median per "
+        "round). Times in ms; "
         "\"+\" columns are added over direct (median of per-round differences).",
         "",
-        "| config | client | TTFT | +TTFT | total | +total | +event p50 | +event p99 | streamed |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| config | client | TTFT | +TTFT | +TTFT b2b | total | +total | +event p50 "
+        "| +event p99 | end after message_stop | streamed |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for config, by_client in summary.items():
         for client, r in by_client.items():
             lines.append(
                 f"| {config} | {client} | {fmt(r['ttft_ms'])} | {fmt(r['added_ttft_ms'])} | "
+                f"{fmt(r['added_ttft_b2b_ms'])} | "
                 f"{fmt(r['total_ms'], 1)} | {fmt(r['added_total_ms'])} | "
                 f"{fmt(r['added_event_p50_ms'], 3)} | {fmt(r['added_event_p99_ms'], 3)} | "
-                f"{'yes' if r['streamed'] else '**no (buffered)**'} |")
+                f"{fmt(r['eom_ms'], 3)} | {'yes' if r['streamed'] else '**no (buffered)**'} |")
     lines += ["", "forge-record's added latency / bare pass-through's (target ≤ 1.1):", "",
               "| mode | client | +TTFT | +total | +event p50 | +event p99 |",
               "|---|---|---:|---:|---:|---:|"]
@@ -165,15 +171,21 @@ def parse_args(argv: list[str] | None = None) -> dict:
     ap.add_argument("--configs", help="comma-separated, from: " + ",".join(ALL_CONFIGS))
     ap.add_argument("--clients", default="sdk,raw")
     ap.add_argument("--budget", type=float, help="seconds; no new round starts past it")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="also run forge-rev-NAME: forge (reverse) with these bench/forge_proc.py "
+                    "experiment arguments, e.g. defer=--defer-sink (repeatable)")
     ap.add_argument("--json", type=Path, help="write the full result here")
     args = ap.parse_args(argv)
     p = dict(QUICK if args.quick else FULL)
     p["clients"] = args.clients.split(",")
+    p["configs"] = list(p["configs"])
     for key, value in (("rounds", args.rounds), ("text", args.text), ("budget_s", args.budget)):
         if value is not None:
             p[key] = value
     if args.configs:
         p["configs"] = args.configs.split(",")
+    p["variants"] = dict(v.split("=", 1) for v in args.variant)
+    p["configs"] = p["configs"] + [f"forge-rev-{n}" for n in p["variants"]]
     if "direct" not in p["configs"]:
         p["configs"].insert(0, "direct")  # every "added" figure is relative to it
     p["json"] = args.json
