@@ -9,6 +9,7 @@ their figures are diagnostics, never the headline:
   --switch-interval S   sys.setswitchinterval(S) (CPython's default is 0.005 s)
   --null-sink           the store writer drops every exchange: capture and decode only
   --defer-sink          exchanges are queued for the writer one event-loop turn later
+  --linger-ms MS        exchanges are queued for the writer MS milliseconds later
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def _null_sink() -> None:
     Writer.submit_exchange = lambda self, *args, **kwargs: None
 
 
-def _defer_sink() -> None:
+def _defer_sink(delay: float | None) -> None:
+    """Queue each exchange later (None: on the event loop's next turn), from the loop."""
     from forge_record.store import Writer
 
     submit = Writer.submit_exchange
@@ -34,7 +36,10 @@ def _defer_sink() -> None:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return submit(self, *args, **kwargs)
-        loop.call_soon(lambda: submit(self, *args, **kwargs))
+        if delay is None:
+            loop.call_soon(lambda: submit(self, *args, **kwargs))
+        else:
+            loop.call_later(delay, lambda: submit(self, *args, **kwargs))
 
     Writer.submit_exchange = deferred
 
@@ -46,13 +51,14 @@ def main() -> None:
     ap.add_argument("--switch-interval", type=float)
     ap.add_argument("--null-sink", action="store_true")
     ap.add_argument("--defer-sink", action="store_true")
+    ap.add_argument("--linger-ms", type=float)
     args = ap.parse_args(argv[:split])
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     if args.null_sink:
         _null_sink()
-    if args.defer_sink:
-        _defer_sink()
+    if args.defer_sink or args.linger_ms is not None:
+        _defer_sink(None if args.linger_ms is None else args.linger_ms / 1000)
     from forge_record.cli import main as forge_record
 
     sys.argv = ["forge-record", *argv[split + 1:]]
