@@ -24,6 +24,7 @@ per client frame. Parsing the request, rebuilding its full context from
 from __future__ import annotations
 
 import logging
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -109,7 +110,7 @@ class WebSocketRecorder:
         sock.frames = _FrameDialect()
         sock.capture = Capture(sock.frames, seq=next(self.recorder._seq), method="GET",
                                url=sock.url, path=sock.path, headers=sock.request_headers,
-                               body=data)
+                               body=data, max_body=self.recorder.max_body)
         sock.capture.exchange.http_status = 101  # the call went over an upgraded connection
 
     def _from_server(self, sock: _Socket, data: bytes, is_text: bool) -> None:
@@ -122,8 +123,14 @@ class WebSocketRecorder:
             if "binary_frame" not in capture.exchange.flags:
                 capture.exchange.flags.append("binary_frame")
             return
+        decoder = sock.frames.decoder if sock.frames is not None else None
+        seen = decoder.frames if decoder is not None else 0
         capture.tee(data + b"\n")  # one JSON line per frame in the raw response
-        if sock.frames is not None and sock.frames.decoder.ended:
+        if decoder is None:
+            return
+        if decoder.frames == seen:  # past the size cap the capture keeps nothing more,
+            decoder.watch(data)  # but the call must still end at its terminal event
+        if decoder.ended:
             self._end(sock, None)
 
     def _end(self, sock: _Socket, error: str | None) -> None:
@@ -154,20 +161,27 @@ class _FrameDecoder:
 
     def __init__(self) -> None:
         self.fold = ResponsesFold()
-        self.ended = False
+        self.frames = 0  # frames fed
+        self.ended = False  # a terminal event was seen, fed or only watched
 
     @property
     def complete(self) -> bool:
         return self.fold.complete
 
     def feed(self, chunk: bytes) -> None:
+        self.frames += 1
+        self.fold.apply(self.watch(chunk))
+
+    def watch(self, frame: bytes) -> Any:
+        """The frame parsed (a non-JSON frame as {"data": text}), noting whether it ends
+        the call."""
         try:
-            event = orjson.loads(chunk)
+            event = orjson.loads(frame)
         except orjson.JSONDecodeError:
-            event = {"data": chunk.decode("utf-8", "replace")}
-        self.fold.apply(event)
+            return {"data": frame.decode("utf-8", "replace")}
         if isinstance(event, dict) and event.get("type") in ENDING:
             self.ended = True
+        return event
 
     def finish(self) -> Response:
         return self.fold.finish()

@@ -96,7 +96,8 @@ def test_a_response_that_could_not_be_decoded_breaks_the_chain():
 
 def test_http_exchanges_are_neither_chained_nor_remembered():
     chains = ResponseChains()
-    http = chains.stitch(call("resp_1", [DEV, USER], [CALL], url="https://api.openai.com/v1/responses"))
+    http = chains.stitch(call("resp_1", [DEV, USER], [CALL],
+                              url="https://api.openai.com/v1/responses"))
     assert len(chains) == 0 and messages(http) == full(DEV, USER)
     ws = chains.stitch(call("resp_2", [OUTPUT], [ANSWER], previous="resp_1"))
     assert ws.flags == [UNRESOLVED]
@@ -105,7 +106,7 @@ def test_http_exchanges_are_neither_chained_nor_remembered():
 def test_a_malformed_previous_id_is_flagged_not_raised():
     chains = ResponseChains()
     odd = chains.stitch(call("resp_1", [USER], [ANSWER], previous={"not": "an id"}))
-    assert odd.flags == [UNRESOLVED] and odd.status == COMPLETE
+    assert odd.flags == [UNRESOLVED] and messages(odd) == full(USER)
 
 
 # --- the addon, hooks called directly ----------------------------------------------------
@@ -212,7 +213,8 @@ def test_a_chain_goes_on_across_connections(recording):
 def test_shares_the_sequence_with_http_calls(recording):
     addon, arrived = recording
     http = tflow.tflow()
-    http.request.host, http.request.method, http.request.path = "api.openai.com", "POST", "/v1/responses"
+    http.request.host, http.request.method = "api.openai.com", "POST"
+    http.request.path = "/v1/responses"
     http.request.content = create(USER)
     addon.recorder.request(http)
     sock = Socket(addon)
@@ -231,6 +233,19 @@ def test_an_abandoned_call_is_incomplete(recording):
     assert superseded.flags == ["aborted:superseded by a new response.create"]
     assert closed.flags == ["aborted:connection closed (1006)"]
     assert superseded.response.content  # what arrived is kept
+
+
+def test_past_the_size_cap_a_call_still_ends_at_its_terminal_event():
+    arrived: list[Exchange] = []
+    addon = WebSocketRecorder(Recorder(arrived.append, model_hosts=["api.openai.com"],
+                                       max_body=1000))  # frames: ~1.9 kB, then ~0.5 kB
+    with taddons.context(addon):
+        sock = Socket(addon)
+        sock.call(create(USER), events_for("resp_1", [ANSWER]))
+        sock.call(create(USER, USER), events_for("resp_2", []))
+    big, small = arrived
+    assert big.flags == ["response_truncated"] and big.status == INCOMPLETE
+    assert small.flags == [] and small.status == COMPLETE and small.seq == big.seq + 1
 
 
 def test_a_wrapped_error_frame_ends_the_call_as_an_error(recording):
