@@ -113,3 +113,18 @@ blobs = sa.Table(
     # SQLite: the hash is the table's key, not a second copy in an index beside a rowid.
     sqlite_with_rowid=False,
 )
+
+# One outcome per session (`forge-record label`); labelling again merges into the row.
+labels = sa.Table(
+    "labels",
+    metadata,
+    sa.Column(
+        "session_id", sa.Text, sa.ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("reward", sa.Double),
+    sa.Column("note", sa.Text),
+    sa.Column("tags", sa.JSON, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+)

@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import Exchange, Session
 from forge_record.redact import SECRET_HEADERS
-from forge_record.store import migrate, reader, summary
+from forge_record.store import labels, migrate, reader, summary
 from forge_record.store.engine import make_engine, show_url, writing
 from forge_record.store.schema import exchanges, sessions
 from forge_record.store.write import AddExchange, AddSession, EndSession, Item, Writes, describe
@@ -291,6 +291,19 @@ class Store:
         if found is None:
             raise StoreError(f"session {session_id} has no exchange {seq}")
         return found
+
+    # --- labels (store.labels) -------------------------------------------------------------
+
+    def label_session(self, session_id: str, *, reward: float | None = None,
+                      tags: dict[str, str] | None = None, note: str | None = None) -> None:
+        """Merge an outcome into the session's label (see store.labels)."""
+        with self.transaction(f"label session {session_id}") as conn:
+            labels.merge(conn, session_id, reward=reward, tags=tags, note=note)
+
+    def get_label(self, session_id: str) -> dict[str, Any] | None:
+        """The session's label, or None if it has none."""
+        with self.reading("read label") as conn:
+            return labels.read(conn, session_id)
 
     def seqs(self, session_id: str) -> set[int]:
         """The seqs of the session's stored exchanges."""

@@ -39,6 +39,7 @@ EXPECTED_COLUMNS = {
     ],
     "packs": ["id", "group_id", "size", "data"],
     "blobs": ["hash", "pack_id", "start", "length", "touched_at"],
+    "labels": ["session_id", "reward", "note", "tags", "created_at", "updated_at"],
     migrate.VERSION_TABLE: ["version_num"],
 }
 COLUMNS_0001 = {
@@ -145,7 +146,7 @@ def test_downgrade_of_the_latest_revision_keeps_every_exchange(engine, url):
         store.add_session(make_session("s"))
         for ex in sent:
             store.add_exchange("s", ex)
-    migrate.downgrade(engine, "-1")
+    migrate.downgrade(engine, "0001")  # through 0003 (labels) to before 0002
 
     assert migrate.current(engine) == "0001"
     assert columns(engine) == COLUMNS_0001
