@@ -8,7 +8,7 @@ import sys
 import click
 
 from forge_record import __version__
-from forge_record.commands import doctor, harnesses, run, sessions, show
+from forge_record.commands import doctor, export, harnesses, label, run, sessions, show
 from forge_record.errors import ForgeRecordError
 
 
@@ -23,6 +23,8 @@ cli.add_command(sessions.sessions)
 cli.add_command(show.show)
 cli.add_command(doctor.doctor)
 cli.add_command(harnesses.harnesses)
+cli.add_command(export.export)
+cli.add_command(label.label)
 
 
 def main() -> None:

@@ -1,0 +1,88 @@
+"""Which sessions an export reads: the session-level filters, applied to store summaries.
+
+Sessions come oldest first (a dataset reads in the order things happened). `--session` refs
+are resolved as `show` resolves them (id, unique prefix, `last`); otherwise every session is
+listed and filtered by harness, user, start time, tags, label and call count. `--tag K=V`
+matches the session's tags and its label's tags (the label's win), so an outcome recorded
+with `forge-record label --tag` selects like a tag given at `run`. Each session left out is
+counted by reason.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from forge_record.errors import UsageError
+from forge_record.exporters.base import Tally
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass(frozen=True)
+class Filters:
+    sessions: tuple[str, ...] = ()
+    harness: str | None = None
+    user: str | None = None
+    since: float | None = None
+    until: float | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    labelled: bool = False
+    min_calls: int | None = None
+
+
+def parse_when(text: str, now: float | None = None) -> float:
+    """Epoch seconds from `1767225600`, `2026-08-01`, `2026-08-01T12:00` (local time unless
+    it names a zone) or an age such as `90m`, `12h`, `7d`, `2w` (that long before now)."""
+    text = text.strip()
+    if m := _RELATIVE.match(text):
+        return (time.time() if now is None else now) - float(m[1]) * _UNIT_SECONDS[m[2]]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise UsageError(f"cannot read {text!r} as a time (try 2026-08-01, an epoch, or 7d)")
+
+
+def session_ids(store: Any, filters: Filters, tally: Tally) -> list[str]:
+    if filters.sessions:
+        ids = list(dict.fromkeys(store.resolve_session(ref) for ref in filters.sessions))
+        summaries = [store.session_summary(i) for i in ids]
+    else:
+        summaries = store.list_sessions(limit=None)[::-1]
+    kept = []
+    for summary in summaries:
+        reason = skip_reason(summary, filters, store)
+        if reason:
+            tally.skipped[f"sessions ({reason})"] += 1
+        else:
+            kept.append(summary["id"])
+    return kept
+
+
+def skip_reason(summary: dict[str, Any], f: Filters, store: Any) -> str | None:
+    if f.harness and summary.get("harness") != f.harness:
+        return "other harness"
+    if f.user and summary.get("user") != f.user:
+        return "other user"
+    if f.since is not None and summary["started_at"] < f.since:
+        return "before --since"
+    if f.until is not None and summary["started_at"] >= f.until:
+        return "after --until"
+    if f.min_calls is not None and summary.get("calls", 0) < f.min_calls:
+        return "fewer calls than --min-calls"
+    if f.labelled or f.tags:
+        label = store.get_label(summary["id"])
+        if f.labelled and label is None:
+            return "not labelled"
+        tags = {**(summary.get("tags") or {}), **((label or {}).get("tags") or {})}
+        if any(tags.get(k) != v for k, v in f.tags.items()):
+            return "tags do not match"
+    return None

@@ -1,0 +1,225 @@
+"""A session as the exporters see it, and the units they cut from it.
+
+`load_session` reads one session through the Store API (exchanges streamed in seq order, held
+for this one session only, because lineage needs them all) and asks `forge_record.lineage`
+which thread, segment and role each call has. The exporters then take one of three units:
+
+- a call (`calls`): one exchange, with its lineage;
+- a conversation (`conversations`): one thread segment as a chat, for the SFT formats. The
+  agent resends its whole history on every call, so the segment's last usable call holds the
+  conversation: its request messages, then its response as the final assistant message. A
+  segment ends where the context was replaced (compaction), so each segment is its own chat;
+- a thread (`threads`): every call of one thread, in order, for trajectories.
+
+Which units are wanted is decided by `Options` (main thread only or subagents too, side
+calls, complete calls only, a model glob); every unit left out is counted by reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from forge_record.exporters.base import Options, Tally
+from forge_record.exporters.pairing import message_key, pair_tool_results, trained_keys
+from forge_record.records import COMPLETE, Block, Exchange, Message, Session, Tool
+
+
+@dataclass
+class CallInfo:
+    seq: int
+    thread: str
+    thread_role: str  # "main", "subagent" or "side": the role of the call's thread
+    role: str  # the call's own role: "main", "subagent", "side" or "retry"
+    segment: int = 0
+    parent: int | None = None
+    retry_of: int | None = None
+    fingerprint_id: str | None = None
+    fingerprint: dict[str, Any] | None = None
+
+
+@dataclass
+class ThreadInfo:
+    id: str
+    role: str
+    parent_thread: str | None = None
+    spawned_by: tuple[int, str] | None = None  # (seq, tool_call_id) of the call that spawned it
+    seqs: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SessionData:
+    session: Session
+    label: dict[str, Any] | None
+    exchanges: dict[int, Exchange]  # by seq, in seq order
+    calls: dict[int, CallInfo]
+    threads: list[ThreadInfo]
+
+    @property
+    def reward(self) -> float | None:
+        return self.label.get("reward") if self.label else None
+
+
+@dataclass
+class Conversation:
+    data: SessionData
+    thread: ThreadInfo
+    segment: int
+    final: Exchange
+    system: list[Block]
+    tools: list[Tool]
+    messages: list[Message]  # the final request's messages, then the response
+    trained: list[bool]  # per message: an assistant turn this thread's model produced
+
+
+def load_session(store: Any, session_id: str) -> SessionData:
+    from forge_record import lineage  # another module's analysis; see its docstring
+
+    session = store.get_session(session_id)
+    exchanges = list(store.iter_exchanges(session_id))
+    found = lineage.analyze(exchanges, harness=session.harness)
+    threads = {t.id: _thread(t) for t in found.threads}
+    calls = {ex.seq: _call(ex, found, threads) for ex in exchanges}
+    for info in calls.values():
+        if info.thread not in threads:  # a call lineage did not place gets a thread of its own
+            threads[info.thread] = ThreadInfo(info.thread, info.thread_role)
+        if info.seq not in threads[info.thread].seqs:
+            threads[info.thread].seqs.append(info.seq)
+    return SessionData(
+        session=session,
+        label=store.get_label(session_id),
+        exchanges={ex.seq: ex for ex in exchanges},
+        calls=calls,
+        threads=list(threads.values()),
+    )
+
+
+def _thread(t: Any) -> ThreadInfo:
+    spawned = tuple(t.spawned_by) if t.spawned_by else None
+    return ThreadInfo(t.id, t.role, t.parent_thread, spawned, sorted(t.calls))
+
+
+def _call(ex: Exchange, found: Any, threads: dict[str, ThreadInfo]) -> CallInfo:
+    c = found.calls.get(ex.seq)
+    if c is None:
+        role = "main" if ex.kind == "model" else "side"
+        return CallInfo(ex.seq, f"{role}-unplaced", role, role)
+    thread = threads.get(c.thread)
+    printed = found.fingerprints.get(c.fingerprint) if c.fingerprint else None
+    return CallInfo(
+        seq=ex.seq,
+        thread=str(c.thread),
+        thread_role=thread.role if thread else c.role,
+        role=c.role,
+        segment=c.segment or 0,
+        parent=c.parent,
+        retry_of=c.retry_of,
+        fingerprint_id=str(c.fingerprint) if c.fingerprint else None,
+        fingerprint=_as_dict(printed),
+    )
+
+
+def _as_dict(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return dict(value) if isinstance(value, dict) else dict(vars(value))
+
+
+# --- which units are wanted --------------------------------------------------------------
+
+
+def thread_skip(thread: ThreadInfo, options: Options) -> str | None:
+    if thread.role == "side":
+        return None if options.include_side_calls else "side calls"
+    if thread.role != "main" and options.thread == "main":
+        return "subagent calls"
+    return None
+
+
+def call_skip(ex: Exchange, info: CallInfo, options: Options) -> str | None:
+    """Why this call is left out, or None to keep it."""
+    side = ex.kind != "model" or info.thread_role == "side" or info.role == "side"
+    if side and not options.include_side_calls:
+        return "side calls"
+    if not side and info.thread_role != "main" and options.thread == "main":
+        return "subagent calls"
+    if options.only_complete and ex.status != COMPLETE:
+        return "not complete"
+    if options.model and not fnmatch.fnmatchcase(model_of(ex) or "", options.model):
+        return "other model"
+    return None
+
+
+def model_of(ex: Exchange) -> str | None:
+    return (ex.response and ex.response.model) or (ex.request and ex.request.model)
+
+
+# --- units -------------------------------------------------------------------------------
+
+
+def calls(data: SessionData, options: Options, tally: Tally) -> Iterator[tuple[Exchange, CallInfo]]:
+    for seq, ex in data.exchanges.items():
+        info = data.calls[seq]
+        if reason := call_skip(ex, info, options):
+            tally.skipped[reason] += 1
+            continue
+        yield ex, info
+
+
+def threads(
+    data: SessionData, options: Options, tally: Tally
+) -> Iterator[tuple[ThreadInfo, list[Exchange]]]:
+    """Each wanted thread with its kept calls, in seq order."""
+    for thread in data.threads:
+        if reason := thread_skip(thread, options):
+            tally.skipped[f"{reason} (threads)"] += 1
+            continue
+        kept = [data.exchanges[s] for s in thread.seqs
+                if call_skip(data.exchanges[s], data.calls[s], options) is None]
+        if not kept:
+            tally.skipped["threads with no call kept"] += 1
+            continue
+        yield thread, kept
+
+
+def conversations(data: SessionData, options: Options, tally: Tally) -> Iterator[Conversation]:
+    """One conversation per wanted thread segment; see the module docstring."""
+    # What any complete call of the session answered: a turn the harness wrote itself
+    # matches none of them, however lineage threaded the calls.
+    keys = trained_keys(ex for ex in data.exchanges.values() if ex.status == COMPLETE)
+    for thread, kept in threads(data, options, tally):
+        for segment in sorted({data.calls[ex.seq].segment for ex in kept}):
+            calls_in = [ex for ex in kept if data.calls[ex.seq].segment == segment]
+            final = _final_call(calls_in)
+            if final is None:
+                tally.skipped["segments with no response"] += 1
+                continue
+            conversation = _conversation(data, thread, segment, final, keys, tally)
+            if not any(conversation.trained):
+                tally.skipped["segments with nothing to train on"] += 1
+                continue
+            yield conversation
+
+
+def _final_call(calls_in: list[Exchange]) -> Exchange | None:
+    """The segment's last call with a completed response, else its last with any content."""
+    answered = [ex for ex in calls_in if ex.request and ex.response and ex.response.content]
+    complete = [ex for ex in answered if ex.status == COMPLETE]
+    return (complete or answered or [None])[-1]
+
+
+def _conversation(data, thread, segment, final: Exchange, keys, tally: Tally) -> Conversation:
+    reply = Message(role="assistant", content=list(final.response.content))
+    messages = pair_tool_results([*final.request.messages, reply], tally)
+    trained = [m.role == "assistant" and message_key(m.content) in keys for m in messages]
+    trained[-1] = final.status == COMPLETE and bool(message_key(messages[-1].content))
+    if any(trained):  # a chat ends on what the model said: cut what follows its last turn
+        end = max(i for i, t in enumerate(trained) if t) + 1
+        messages, trained = messages[:end], trained[:end]
+    return Conversation(data, thread, segment, final, list(final.request.system),
+                        list(final.request.tools), messages, trained)

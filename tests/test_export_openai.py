@@ -1,0 +1,313 @@
+"""`--format openai`: sessions recorded from every dialect, checked field by field, against a
+checker of OpenAI's documented rules for chat fine-tuning data, and as the openai SDK's
+request types.
+
+The checker (`openai_problems`) implements what OpenAI documents for a supervised chat
+fine-tuning line (the `FineTuneChatRequestInput` schema of the OpenAI API reference, its
+fine-tuning guide and the data-preparation cookbook's format checks):
+- a line is an object whose keys are among messages, tools, parallel_tool_calls, functions;
+- `messages` is a non-empty list; roles are system, user, assistant, tool (function is the
+  deprecated form); each role has its own keys;
+- input messages hold text or images only: system content is text, user content a string or
+  text / image_url parts; a tool message has a string `content` and its `tool_call_id`;
+- an assistant message has content or tool_calls (or function_call); `weight` is 0 or 1;
+  tool_calls are `{id, type: "function", function: {name, arguments}}` with `arguments` a
+  JSON string;
+- every tool message answers a call of the assistant turn before it, and every tool call of
+  an assistant turn that the example goes on after is answered by a tool message with its id
+  (the example's last turn is the target and may end on calls, as OpenAI's own examples do);
+- there is an assistant message, the example ends on one, and at least one has weight 1;
+- tools are `{type: "function", function: {name, description?, parameters?}}` with names of
+  at most 64 of `a-zA-Z0-9_-`; `parallel_tool_calls` is a boolean.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from pydantic import TypeAdapter
+from test_export_sessions import (
+    ANTHROPIC_TOOLS,
+    OPENAI_TOOL,
+    PROMPT,
+    SESSIONS,
+    SYSTEM,
+    TOOL_OUTPUT,
+    export_lines,
+    first_calls,
+    recorded_store,
+    use_lineage,
+)
+
+LINE_KEYS = {"messages", "tools", "parallel_tool_calls", "functions"}
+ROLE_KEYS = {
+    "system": {"role", "content", "name"},
+    "user": {"role", "content", "name"},
+    "assistant": {"role", "content", "name", "tool_calls", "function_call", "refusal", "weight"},
+    "tool": {"role", "content", "tool_call_id"},
+    "function": {"role", "content", "name"},
+}
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+FINAL = f"The command printed: {TOOL_OUTPUT}"
+
+
+def openai_problems(line: dict) -> list[str]:
+    """What breaks OpenAI's documented chat fine-tuning rules in one line (empty: none)."""
+    if not isinstance(line, dict):
+        return ["line is not an object"]
+    problems = [f"unknown key {k}" for k in line if k not in LINE_KEYS]
+    messages = line.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return [*problems, "messages missing or empty"]
+    for i, m in enumerate(messages):
+        problems += [f"message {i}: {p}" for p in _message_problems(m)]
+    problems += _pairing_problems(messages)
+    assistants = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    if not assistants or messages[-1].get("role") != "assistant":
+        problems.append("does not end on an assistant message")
+    if assistants and not any(m.get("weight", 1) == 1 for m in assistants):
+        problems.append("no assistant message is trained on")
+    problems += _tools_problems(line)
+    return problems
+
+
+def _message_problems(m: dict) -> list[str]:
+    role = m.get("role") if isinstance(m, dict) else None
+    if role not in ROLE_KEYS:
+        return [f"unknown role {role!r}"]
+    out = [f"unknown key {k}" for k in m if k not in ROLE_KEYS[role]]
+    content = m.get("content")
+    if role == "system" and not _is_text(content, ("text",)):
+        out.append("system content is not text")
+    if role == "user" and not _is_text(content, ("text", "image_url")):
+        out.append("user content is neither text nor text and images")
+    if role == "tool" and (not isinstance(content, str) or not isinstance(m.get("tool_call_id"), str)):
+        out.append("tool message needs string content and a tool_call_id")
+    if role == "assistant":
+        out += _assistant_problems(m)
+    return out
+
+
+def _is_text(content, part_types) -> bool:
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(p, dict) and p.get("type") in part_types for p in content)
+
+
+def _assistant_problems(m: dict) -> list[str]:
+    out = []
+    if m.get("content") is None and not m.get("tool_calls") and not m.get("function_call"):
+        out.append("assistant has neither content nor tool_calls")
+    if m.get("content") is not None and not _is_text(m["content"], ("text", "refusal")):
+        out.append("assistant content is not text")
+    if "weight" in m and m["weight"] not in (0, 1):
+        out.append("weight is not 0 or 1")
+    for call in m.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        if call.get("type") != "function" or not isinstance(call.get("id"), str) \
+                or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
+            out.append(f"bad tool call {call}")
+            continue
+        try:
+            orjson.loads(fn["arguments"])
+        except orjson.JSONDecodeError:
+            out.append(f"arguments of {call['id']} are not JSON")
+    return out
+
+
+def _pairing_problems(messages: list) -> list[str]:
+    out, open_calls, last = [], set(), len(messages) - 1
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "tool":
+            if m.get("tool_call_id") not in open_calls:
+                out.append(f"message {i}: tool message answers no open call")
+            open_calls.discard(m.get("tool_call_id"))
+            continue
+        if open_calls:
+            out.append(f"message {i}: calls {sorted(open_calls)} were not answered")
+            open_calls = set()
+        if role == "assistant":
+            open_calls = {c.get("id") for c in m.get("tool_calls") or ()}
+            if i == last:
+                open_calls = set()
+    if open_calls:
+        out.append(f"calls {sorted(open_calls)} were not answered")
+    return out
+
+
+def _tools_problems(line: dict) -> list[str]:
+    out = []
+    for tool in line.get("tools") or ():
+        fn = tool.get("function") or {}
+        if tool.get("type") != "function" or not TOOL_NAME.match(str(fn.get("name"))):
+            out.append(f"bad tool {tool}")
+        if set(fn) - {"name", "description", "parameters", "strict"}:
+            out.append(f"unknown tool keys {set(fn)}")
+    if "parallel_tool_calls" in line and not isinstance(line["parallel_tool_calls"], bool):
+        out.append("parallel_tool_calls is not a boolean")
+    return out
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _lineage(monkeypatch):
+    use_lineage(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    return recorded_store(tmp_path_factory.getbasetemp() / "export-sessions")
+
+
+def one_line(url, dialect, **options) -> tuple[dict, object]:
+    lines, tally = export_lines(url, "openai", dialect, **options)
+    assert len(lines) == 1, lines
+    return lines[0], tally
+
+
+def function_tool(spec: dict) -> dict:
+    return {"type": "function", "function": spec}
+
+
+# --- the checker can fail ----------------------------------------------------------------------
+
+GOOD = {"messages": [{"role": "user", "content": "hi"},
+                     {"role": "assistant", "content": None, "weight": 1, "tool_calls": [
+                         {"id": "c1", "type": "function",
+                          "function": {"name": "f", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "out"},
+                     {"role": "assistant", "content": "done", "weight": 1}]}
+
+
+@pytest.mark.parametrize("breakage, expected", [
+    (lambda line: line.update(metadata={}), "unknown key metadata"),
+    (lambda line: line["messages"].pop(2), "not answered"),
+    (lambda line: line["messages"][2].update(tool_call_id="c9"), "answers no open call"),
+    (lambda line: line["messages"][1]["tool_calls"][0]["function"].update(arguments={}),
+     "bad tool call"),
+    (lambda line: line["messages"][1]["tool_calls"][0]["function"].update(arguments="{"),
+     "not JSON"),
+    (lambda line: line["messages"][3].update(weight=2), "weight is not 0 or 1"),
+    (lambda line: line["messages"][2].update(content=[{"type": "text", "text": "x"}]),
+     "string content"),
+    (lambda line: line["messages"].pop(), "does not end on an assistant"),
+    (lambda line: [m.update(weight=0) for m in line["messages"] if m["role"] == "assistant"],
+     "no assistant message is trained on"),
+    (lambda line: line["messages"][0].update(role="developer"), "unknown role"),
+    (lambda line: line["messages"][3].update(reasoning_content="x"), "unknown key"),
+    (lambda line: line.update(tools=[{"type": "function", "function": {"name": "a b"}}]),
+     "bad tool"),
+])
+def test_the_checker_catches_each_rule(breakage, expected):
+    assert openai_problems(GOOD) == []
+    line = orjson.loads(orjson.dumps(GOOD))
+    breakage(line)
+    assert any(expected in p for p in openai_problems(line)), openai_problems(line)
+
+
+# --- every dialect, field by field -----------------------------------------------------------
+
+
+def test_anthropic_session(url):
+    line, tally = one_line(url, "anthropic.messages")
+    [call] = first_calls(url, "anthropic.messages")
+    assert line == {
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": PROMPT},
+            {"role": "assistant", "content": "I'll run that command.", "weight": 1,
+             "tool_calls": [{"id": call.id, "type": "function", "function": {
+                 "name": "Bash", "arguments": orjson.dumps(call.arguments).decode()}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": TOOL_OUTPUT},
+            {"role": "assistant", "content": FINAL, "weight": 1},
+        ],
+        "tools": [function_tool({"name": "Bash", "description": "Run a command",
+                                 "parameters": ANTHROPIC_TOOLS[0]["input_schema"]})],
+        "parallel_tool_calls": True,
+    }
+    assert tally.dropped["reasoning blocks"] == 1  # the signed thinking has no place here
+    assert tally.skipped["side calls (threads)"] == 1  # count_tokens
+
+
+def test_openai_chat_session_with_parallel_calls(url):
+    line, _ = one_line(url, "openai.chat")
+    calls = first_calls(url, "openai.chat")
+    assert len(calls) == 2
+    assert line["messages"][:2] == [{"role": "system", "content": SYSTEM},
+                                    {"role": "user", "content": PROMPT}]
+    assert line["messages"][2] == {"role": "assistant", "content": None, "weight": 1,
+                                   "tool_calls": [{"id": c.id, "type": "function", "function": {
+                                       "name": "exec_command", "arguments": c.arguments_raw}}
+                                       for c in calls]}
+    assert line["messages"][3:] == [
+        *[{"role": "tool", "tool_call_id": c.id, "content": TOOL_OUTPUT} for c in calls],
+        {"role": "assistant", "content": FINAL, "weight": 1}]
+    assert line["tools"] == [function_tool(OPENAI_TOOL)]
+    assert line["parallel_tool_calls"] is True
+
+
+def test_openai_responses_session(url):
+    line, _ = one_line(url, "openai.responses")
+    [call] = first_calls(url, "openai.responses")
+    assert [m["role"] for m in line["messages"]] == ["system", "user", "assistant", "tool",
+                                                     "assistant"]
+    assert line["messages"][0]["content"] == SYSTEM  # from `instructions`
+    assert line["messages"][2] == {"role": "assistant", "content": "I'll run that command.",
+                                   "weight": 1, "tool_calls": [{
+                                       "id": call.id, "type": "function", "function": {
+                                           "name": "exec_command",
+                                           "arguments": call.arguments_raw}}]}
+    assert line["messages"][3] == {"role": "tool", "tool_call_id": call.id,
+                                   "content": TOOL_OUTPUT}
+    assert line["messages"][4]["content"] == FINAL
+    assert line["tools"] == [function_tool(OPENAI_TOOL)]
+
+
+def test_gemini_session(url):
+    line, tally = one_line(url, "gemini.generate")
+    [call] = first_calls(url, "gemini.generate")
+    assert call.id == "run_shell_command"  # Gemini sends no ids: the decoder names the call
+    assert line["messages"][2]["tool_calls"][0] == {
+        "id": call.id, "type": "function",
+        "function": {"name": "run_shell_command", "arguments": call.arguments_raw}}
+    assert line["messages"][3] == {"role": "tool", "tool_call_id": call.id,
+                                   "content": orjson.dumps({"output": TOOL_OUTPUT}).decode()}
+    assert line["messages"][-1] == {"role": "assistant", "content": FINAL, "weight": 1}
+    assert tally.dropped["reasoning blocks"] == 2  # a thought in each model turn
+
+
+@pytest.mark.parametrize("dialect", list(SESSIONS))
+def test_every_export_passes_the_openai_rules(url, dialect):
+    line, _ = one_line(url, dialect)
+    assert openai_problems(line) == []
+
+
+@pytest.mark.parametrize("dialect", list(SESSIONS))
+def test_every_message_is_an_openai_sdk_message_param(url, dialect):
+    line, _ = one_line(url, dialect)
+    messages = TypeAdapter(list[ChatCompletionMessageParam])
+    messages.validate_python([{k: v for k, v in m.items() if k != "weight"}
+                              for m in line["messages"]])
+    TypeAdapter(list[ChatCompletionFunctionToolParam]).validate_python(line["tools"])
+
+
+def test_keep_extras_keeps_reasoning_and_says_where_a_line_came_from(url):
+    line, tally = one_line(url, "anthropic.messages", keep_extras=True)
+    assert line["messages"][-1]["reasoning_content"] == "The tool ran; report it."
+    assert tally.converted["reasoning (as reasoning_content)"] == 1
+    assert tally.dropped["reasoning blocks"] == 0
+    assert line["x_forge"]["session_id"] == SESSIONS["anthropic.messages"][0]
+    assert line["x_forge"]["dialect"] == "anthropic.messages"
+
+
+def test_side_calls_export_on_request(url):
+    lines, tally = export_lines(url, "openai", "anthropic.messages", include_side_calls=True)
+    assert len(lines) == 1  # count_tokens has no response to train on
+    assert tally.skipped["segments with no response"] == 1
