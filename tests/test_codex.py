@@ -25,11 +25,16 @@ import orjson
 import pytest
 import zstandard
 from conftest import require
+from mitmproxy.test import taddons
+from test_websocket_chain import Socket, create, events_for
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.addons.websocket import WebSocketRecorder
 from forge_record.capture import finalize
+from forge_record.commands.run import plan_route
+from forge_record.harness_shims import detect
+from forge_record.harness_shims.codex import Codex
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.trust import confdir
 
@@ -200,3 +205,34 @@ def test_zstd_request_to_chatgpt_host_is_decoded(tmp_path):
     assert exchange.url == "https://chatgpt.com/backend-api/codex/responses"
     assert exchange.raw_request == body and not exchange.flags
     assert exchange.request.messages[0].content[0].text == PROMPT
+
+
+def test_codex_routing_plan():
+    shim = detect(["/usr/local/bin/codex", "exec", "hi"])
+    assert shim.name == "codex"
+    forward = plan_route(shim, "auto", {"OPENAI_API_KEY": DUMMY_KEY}, {})
+    assert forward.mode == "forward" and {"api.openai.com", "chatgpt.com"} <= forward.model_hosts
+    # reverse: the base URL goes in a -c override before the subcommand, path kept
+    api = plan_route(shim, "reverse", {"OPENAI_API_KEY": DUMMY_KEY}, {})
+    assert api.mitm_mode == "reverse:https://api.openai.com" and not api.upstreams
+    argv = shim.reverse_argv(["codex", "exec", "--", "hi"], "http://127.0.0.1:9", {
+        "OPENAI_API_KEY": DUMMY_KEY})
+    assert argv == ["codex", "-c", 'openai_base_url="http://127.0.0.1:9/v1"', "exec", "--", "hi"]
+    assert shim.reverse_env("http://127.0.0.1:9", {}) == {}
+    # no API key: a ChatGPT login, whose host and path differ
+    chatgpt = plan_route(shim, "reverse", {}, {})
+    assert chatgpt.mitm_mode == "reverse:https://chatgpt.com"
+    assert shim.reverse_argv(["codex"], "http://127.0.0.1:9", {})[2] == (
+        'openai_base_url="http://127.0.0.1:9/backend-api/codex"')
+    assert shim.version_from("codex_exec/0.171.0 (Debian 12.0.0; x86_64) unknown") == "0.171.0"
+    assert shim.version_from("codex_cli_rs/0.171.0 (Mac OS 15.1; arm64)") == "0.171.0"
+
+
+def test_chatgpt_websocket_is_recorded_with_the_codex_hosts():
+    arrived = []
+    addon = WebSocketRecorder(Recorder(arrived.append, model_hosts=Codex.model_hosts))
+    with taddons.context(addon):
+        Socket(addon, host="chatgpt.com", path="/backend-api/codex/responses").call(
+            create({"role": "user", "content": PROMPT}), events_for("resp_1", []))
+    [exchange] = arrived
+    assert exchange.url == "wss://chatgpt.com/backend-api/codex/responses"
