@@ -1,0 +1,54 @@
+"""Content identity: one canonical hash for plain JSON values.
+
+Contract: `content_hash(value)` is `"fr1:"` + the sha256 hex digest of the value's canonical
+JSON: object keys sorted, no whitespace, UTF-8. Only plain values hash (dict with str keys,
+list, tuple, str, int, float, bool, None); give it a record's `to_dict()` form, never a
+dataclass, because dataclass fields serialize in definition order whatever the sort flag
+says. The prefix names the canonical form, so a future change to it (a new version prefix)
+can never be mistaken for the old one. `chain_hash` folds a sequence of hashes so that a
+node's hash includes everything before it: two message lists share a chain hash at position
+k exactly when their first k messages are equal.
+
+`local_hash` is the fast one, for identity within one running analysis only: it hashes
+orjson's own serialization, records' dataclasses included (in field order, without their
+`type` class variable), so it changes whenever a record's fields do. Never store it, show it
+or compare it across versions; that is what `content_hash` is for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+HASH_PREFIX = "fr1:"
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical bytes of a plain JSON value (TypeError for anything else, dataclasses
+    included: orjson would serialize those natively, in field order)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS)
+
+
+def content_hash(value: Any) -> str:
+    return HASH_PREFIX + hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def local_hash(value: Any) -> str:
+    """A session-local identity for plain values and records alike (see above)."""
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def chain_hash(previous: str | None, item: str) -> str:
+    """The hash of a chain whose node before is `previous` (None at the start) and whose
+    newest node is `item` (itself a hash)."""
+    seed = (previous or "").encode() + b"\n" + item.encode()
+    return HASH_PREFIX + hashlib.sha256(seed).hexdigest()
+
+
+def short(hash_value: str | None, length: int = 12) -> str:
+    """A hash for people to read: the hex without the prefix, cut to `length`."""
+    if not hash_value:
+        return "-"
+    return hash_value.removeprefix(HASH_PREFIX)[:length]

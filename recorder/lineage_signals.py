@@ -1,0 +1,259 @@
+"""What one exchange says about its place in a session, read from that exchange alone.
+
+Contract: `signals_of(exchange)` is pure and never raises on a well-formed record (a record
+whose request did not decode gives empty content signals). It reads the wire headers first
+(harness session id, subagent id, retry count) and then the normalized content: a content
+hash per message, the hash of the reply as the next request would carry it, the side-call
+kind the exchange shows by itself, and the links a request carries to other threads. The
+normalized records already drop Anthropic `cache_control` markers, which Claude Code moves
+between turns, so message hashes compare what the model saw. Signals observed with Claude
+Code 2.1.197 are documented in /work/shared/PROTOCOLS.md part 3; the Codex headers
+(`thread-id`, `x-codex-parent-thread-id`, `x-openai-subagent`) come from public client code
+and have not been seen live here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from forge_record.identity import local_hash
+from forge_record.records import (
+    COMPLETE,
+    Block,
+    Exchange,
+    Message,
+    Request,
+    Text,
+    ToolCall,
+    ToolResult,
+)
+
+SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "goose-session-id")
+AGENT_HEADERS = ("x-claude-code-agent-id", "thread-id")  # Codex: thread-id != session-id
+PARENT_THREAD_HEADER = "x-codex-parent-thread-id"
+CODEX_SUBAGENT_HEADER = "x-openai-subagent"  # "review", "compact", "collab_spawn", ...
+RETRY_HEADER = "x-stainless-retry-count"
+
+SUBAGENT_FLAG = "cc_is_subagent=true"  # in Claude Code's first (billing) system block
+# The instruction Claude Code appends to the last user message when it compacts.
+COMPACTION_MARKERS = ("Your task is to create a detailed summary of the conversation so far",)
+# How the first request after a compaction opens (a text block of the first user message).
+CONTINUATION_PREFIX = "This session is being continued from a previous conversation"
+AGENT_ID = re.compile(r"\bagentId:\s*([A-Za-z0-9_-]+)")
+_CCH = re.compile(r"\s*\bcch=[0-9a-fA-F]*;?")
+_TITLE = re.compile(r"\btitle\b", re.IGNORECASE)
+_SUMMARY = re.compile(r"\bsummar(?:y|ise|ize)\b", re.IGNORECASE)
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+Known = tuple[list[Message], tuple[str, ...]]  # messages and their hashes
+
+
+@dataclass(frozen=True)
+class Signals:
+    seq: int
+    session_key: str | None  # the harness's own session id
+    agent_key: str | None  # a subagent's id (Claude Code) or a thread id (Codex)
+    parent_agent_key: str | None  # Codex: the thread that spawned this one
+    subagent: bool  # the request says it comes from a subagent
+    retry_count: int  # x-stainless-retry-count, 0 when absent
+    request_hash: str | None  # path + request, without per-request noise (cch)
+    side_kind: str | None  # what the exchange shows by itself; None for a conversation call
+    continues_compacted: bool  # opens with Claude Code's "session is being continued"
+    has_tools: bool
+    complete: bool
+    messages: tuple[str, ...]  # one content hash per request message
+    reply: str | None  # the response as the next request would carry it back
+    tool_calls: tuple[tuple[str, str, str | None], ...]  # (id, name, prompt argument)
+    agent_links: dict[str, str] = field(default_factory=dict)  # tool_call id -> agent id
+    user_texts: tuple[str, ...] = ()  # text blocks of the newest user message
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+def signals_of(ex: Exchange, before: Known | None = None) -> Signals:
+    """`before`: an earlier request's messages and their hashes. Messages equal to it at the
+    same position reuse its hashes: a client resends the whole history every call, and an
+    equality test is much cheaper than serializing and hashing it all again."""
+    headers = {k.lower(): v for k, v in ex.request_headers.items()}
+    request = ex.request or Request()
+    messages = message_hashes(request.messages, before)
+    seen = _shared_prefix(messages, before[1] if before else ())
+    session_key = _first(headers, SESSION_HEADERS)
+    agent_key = _first(headers, AGENT_HEADERS)
+    if agent_key == session_key:  # Codex's root thread carries its session id as thread id
+        agent_key = None
+    codex_label = headers.get(CODEX_SUBAGENT_HEADER, "").strip().lower()
+    return Signals(
+        seq=ex.seq,
+        session_key=session_key,
+        agent_key=agent_key,
+        parent_agent_key=headers.get(PARENT_THREAD_HEADER) or None,
+        subagent=_says_subagent(request) or codex_label not in ("", "compact"),
+        retry_count=_int(headers.get(RETRY_HEADER)),
+        request_hash=_request_hash(ex, messages),
+        side_kind=side_kind_of(ex, codex_label),
+        continues_compacted=_continues_compacted(request),
+        has_tools=bool(request.tools),
+        complete=ex.status == COMPLETE,
+        messages=messages,
+        reply=_reply_hash(ex),
+        tool_calls=_tool_calls(ex),
+        agent_links=_agent_links(request.messages[seen:]),
+        user_texts=_texts(_last_user(request)),
+        usage=_usage(ex),
+    )
+
+
+def stream_key(ex: Exchange) -> tuple[str | None, str | None]:
+    """Which conversation stream an exchange's headers put it in (for `before`)."""
+    headers = {k.lower(): v for k, v in ex.request_headers.items()}
+    return _first(headers, SESSION_HEADERS), _first(headers, AGENT_HEADERS)
+
+
+def message_hashes(messages: list[Message], before: Known | None = None) -> tuple[str, ...]:
+    out: list[str] = []
+    old_messages, old_hashes = before or ([], ())
+    for i, message in enumerate(messages):
+        same = i < len(old_messages) and old_messages[i] == message
+        out.append(old_hashes[i] if same else message_hash(message))
+    return tuple(out)
+
+
+def _shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def message_hash(message: Message) -> str:
+    """Identity of a message within one analysis (identity.local_hash: never stored)."""
+    # Empty text blocks carry nothing and some clients drop them when they resend history.
+    return local_hash([message.role, [b for b in message.content if not _empty_text(b)]])
+
+
+def side_kind_of(ex: Exchange, codex_label: str = "") -> str | None:
+    """"count_tokens", "warmup", "compaction", "title", "summary", "other" when the exchange
+    alone shows it is not a turn of the agent's conversation; None otherwise."""
+    request = ex.request or Request()
+    if ex.kind != "model":
+        if "count_tokens" in ex.url:
+            return "count_tokens"
+        return "warmup" if request.parameters.get("generate") is False else "other"
+    if codex_label == "compact" or _asks_compaction(request):
+        return "compaction"
+    # A naming or summing-up request is one short exchange without tools; a long one without
+    # tools is a conversation of a client that uses none (aider).
+    if request.tools or len(request.messages) > 2:
+        return None
+    system = " ".join(_texts_of(request.system))
+    if _TITLE.search(system) or _schema_asks_title(request):
+        return "title"
+    if _SUMMARY.search(system):
+        return "summary"
+    return None
+
+
+def _first(headers: dict[str, str], names: tuple[str, ...]) -> str | None:
+    return next((headers[n] for n in names if headers.get(n)), None)
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+def _says_subagent(request: Request) -> bool:
+    first = request.system[0] if request.system else None
+    return isinstance(first, Text) and SUBAGENT_FLAG in first.text
+
+
+def _request_hash(ex: Exchange, messages: tuple[str, ...]) -> str | None:
+    """The request without per-request noise, built on the message hashes already made."""
+    if ex.request is None:
+        return None
+    r = ex.request
+    system = [_without_cch(b) for b in r.system]
+    return local_hash([urlsplit(ex.url).path, r.model, r.stream, r.parameters, system,
+                       r.tools, messages])
+
+
+def _without_cch(block: Block) -> Block | str:
+    """Claude Code puts a per-request `cch=<hex>` in its first system block; a retry of the
+    same call differs only there."""
+    if isinstance(block, Text) and "cch=" in block.text:
+        return _CCH.sub("", block.text)
+    return block
+
+
+def _asks_compaction(request: Request) -> bool:
+    last = _last_user(request)
+    return last is not None and any(m in t for t in _texts(last) for m in COMPACTION_MARKERS)
+
+
+def _continues_compacted(request: Request) -> bool:
+    first = next((m for m in request.messages if m.role == "user"), None)
+    return first is not None and any(
+        t.lstrip().startswith(CONTINUATION_PREFIX) for t in _texts(first))
+
+
+def _schema_asks_title(request: Request) -> bool:
+    """Claude Code's title call asks for JSON with one "title" property."""
+    fmt = (request.parameters.get("output_config") or {}).get("format") or {}
+    props = (fmt.get("schema") or {}).get("properties") if isinstance(fmt, dict) else None
+    return isinstance(props, dict) and list(props) == ["title"]
+
+
+def _reply_hash(ex: Exchange) -> str | None:
+    if ex.status != COMPLETE or ex.response is None or not ex.response.content:
+        return None
+    return message_hash(Message(role="assistant", content=ex.response.content))
+
+
+def _tool_calls(ex: Exchange) -> tuple[tuple[str, str, str | None], ...]:
+    content = ex.response.content if ex.response else []
+    return tuple((b.id, b.name, _prompt_argument(b)) for b in content if isinstance(b, ToolCall))
+
+
+def _prompt_argument(call: ToolCall) -> str | None:
+    args = call.arguments
+    prompt = args.get("prompt") if isinstance(args, dict) else None
+    return prompt.strip() if isinstance(prompt, str) else None
+
+
+def _agent_links(messages: list[Message]) -> dict[str, str]:
+    """Claude Code's tool result for a subagent call ends with `agentId: <id>`. Only the
+    messages after those shared with the stream's previous request are read: those were
+    read then."""
+    links = {}
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolResult):
+                for text in _texts_of(block.content):
+                    # the substring test first: tool results can be whole files
+                    if "agentId:" in text and (match := AGENT_ID.search(text)):
+                        links[block.tool_call_id] = match.group(1)
+    return links
+
+
+def _last_user(request: Request) -> Message | None:
+    return next((m for m in reversed(request.messages) if m.role == "user"), None)
+
+
+def _texts(message: Message | None) -> tuple[str, ...]:
+    return tuple(s.strip() for s in _texts_of(message.content)) if message else ()
+
+
+def _texts_of(blocks: list[Block]) -> list[str]:
+    return [b.text for b in blocks if isinstance(b, Text)]
+
+
+def _empty_text(block: Block) -> bool:
+    return isinstance(block, Text) and not block.text and not block.citations
+
+
+def _usage(ex: Exchange) -> dict[str, int]:
+    usage = ex.response.usage if ex.response else None
+    return {f: (getattr(usage, f, None) or 0) for f in _USAGE_FIELDS}
