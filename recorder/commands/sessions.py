@@ -1,33 +1,59 @@
-"""`forge-record sessions`: the recorded sessions, newest first."""
+"""`forge-record sessions`: the recorded sessions, newest first, optionally filtered by
+harness fingerprint.
+
+Filters (--harness, --version, --model, --system-hash, --tools-hash, --beta) are matched in
+Python: a session matches when one of its conversation calls (main, subagent or retry; side
+calls such as a small model's title call do not count) has a fingerprint matching every
+filter given. Fingerprints are derived from the stored exchanges at read time
+(forge_record.lineage); nothing is cached in the store yet, so a filtered listing reads the
+exchanges of each session it looks at, newest first, and stops at --limit matches.
+Without filters only the session rows are read.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import time
+from dataclasses import asdict
 
 import click
 import orjson
 
 from forge_record.commands.common import open_store, store_option
+from forge_record.fingerprint import Fingerprint
+from forge_record.identity import HASH_PREFIX
+from forge_record.lineage import analyze
 
 
 @click.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(min=1))
-def sessions(store, as_json, limit) -> None:
+@click.option("--harness", help="Harness name (claude-code, codex, ...); glob patterns work.")
+@click.option("--version", "version", help="Harness version, e.g. 2.1.197; glob patterns work.")
+@click.option("--model", help="Model asked for, e.g. 'claude-opus-*'.")
+@click.option("--system-hash", help="System prompt hash or a prefix of it (see show --json).")
+@click.option("--tools-hash", help="Tool-schema list hash or a prefix of it.")
+@click.option("--beta", "betas", multiple=True, help="A beta flag the calls sent; repeatable.")
+def sessions(store, as_json, limit, harness, version, model, system_hash, tools_hash,
+             betas) -> None:
     """List recorded sessions."""
+    wanted = _Filter(harness, version, model, system_hash, tools_hash, betas)
     st = open_store(store)
     try:
-        rows = st.list_sessions(limit)
+        rows = st.list_sessions(limit) if not wanted.active else _filtered(st, wanted, limit)
     finally:
         st.close()
     if as_json:
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
         return
     if not rows:
-        click.echo("No sessions recorded yet. Try: forge-record run -- claude", err=True)
+        hint = "No session matches." if wanted.active else (
+            "No sessions recorded yet. Try: forge-record run -- claude")
+        click.echo(hint, err=True)
         return
-    click.echo(f"{'SESSION':<16}  {'STARTED':<16}  {'HARNESS':<12}  CALLS  TOOLS  TOKENS IN/OUT  EXIT")
+    click.echo(f"{'SESSION':<16}  {'STARTED':<16}  {'HARNESS':<12}  "
+               "CALLS  TOOLS  TOKENS IN/OUT  EXIT")
     for r in rows:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
         tokens = f"{_total_in(r):,}/{r['output_tokens'] or 0:,}"
@@ -36,6 +62,42 @@ def sessions(store, as_json, limit) -> None:
             f"{r['id']:<16}  {started:<16}  {(r['harness'] or '-'):<12}  "
             f"{r['calls']:>5}  {r['tool_calls']:>5}  {tokens:>13}  {exit_code:>4}"
         )
+
+
+class _Filter:
+    def __init__(self, harness, version, model, system_hash, tools_hash, betas) -> None:
+        self.globs = {"harness": harness, "version": version, "model": model}
+        self.hashes = {"system_hash": system_hash, "tools_hash": tools_hash}
+        self.betas = set(betas)
+        self.active = any(self.globs.values()) or any(self.hashes.values()) or bool(betas)
+
+    def matches(self, fp: Fingerprint) -> bool:
+        for name, pattern in self.globs.items():
+            if pattern and not fnmatch.fnmatchcase(getattr(fp, name) or "", pattern):
+                return False
+        for name, prefix in self.hashes.items():
+            value = (getattr(fp, name) or "").removeprefix(HASH_PREFIX)
+            if prefix and not (value and value.startswith(prefix.removeprefix(HASH_PREFIX))):
+                return False
+        return self.betas <= set(fp.betas)
+
+
+def _filtered(st, wanted: _Filter, limit: int) -> list[dict]:
+    """Matching sessions, newest first, each with the fingerprints of its conversation
+    calls under "fingerprints"."""
+    out = []
+    for row in st.list_sessions(None):
+        lineage = analyze(st.iter_exchanges(row["id"]), row["harness"])
+        used = {c.fingerprint for c in lineage.calls.values() if c.role != "side"}
+        fingerprints = [f for i, f in lineage.fingerprints.items() if i in used]
+        for fp in fingerprints:  # the session row knows the version when headers did not
+            fp.version = fp.version or row["harness_version"]
+        if any(wanted.matches(fp) for fp in fingerprints):
+            row["fingerprints"] = [asdict(fp) for fp in fingerprints]
+            out.append(row)
+            if len(out) == limit:
+                break
+    return out
 
 
 def _total_in(row: dict) -> int:
