@@ -4,7 +4,7 @@
 
 Both serve the same stream (bench/mock_server.py's plan; the test mock gets it as an extra
 route whose generator sleeps between deltas), each in a process of its own, reached directly
-(no proxy). Measured: exchanges/s with 20 concurrent clients on small streams (the
+(no proxy); the test mock also with TCP_NODELAY set. Measured: exchanges/s with 20 concurrent clients on small streams (the
 throughput benchmark's direct reference must be far above any proxy's rate, or it measures
 the mock), and for the 500-delta, 2 ms stream: how far apart consecutive deltas were sent
 (the schedule's jitter, from the send times the deltas carry) and the per-event delivery
@@ -46,8 +46,14 @@ def _bench_route(mock, received):
     return Reply.stream(events())
 
 
-def serve_project_mock() -> None:
+def serve_project_mock(nodelay: bool) -> None:
+    from http.server import BaseHTTPRequestHandler
+
     from forge_record.mock import MockUpstream
+
+    # socketserver's switch for TCP_NODELAY; off by default, so Nagle's algorithm may hold a
+    # small chunk back until the previous one is acknowledged.
+    BaseHTTPRequestHandler.disable_nagle_algorithm = nodelay
 
     route = ("POST", lambda path: re.search(r"/v1/messages$", path) is not None, _bench_route)
     with MockUpstream(routes=[route]) as mock:
@@ -71,8 +77,8 @@ def _latency(url: str, runs: int) -> dict[str, float]:
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--serve-project-mock"]:
-        return serve_project_mock()
+    if sys.argv[1:2] == ["--serve-project-mock"]:
+        return serve_project_mock(sys.argv[2:] == ["--nodelay"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--exchanges", type=int, default=2000)
@@ -81,12 +87,14 @@ def main() -> None:
           "| delivery p50 / p99 (ms) |\n|---|---:|---|---|")
     with Children() as children:
         _, bench_url = start_mock(children)
-        project = children.start([str(BENCH / "mock_choice.py"), "--serve-project-mock"],
-                                 "project mock")
-        project_url = f"http://127.0.0.1:{project.expect('listening', 20)[0]}"
+        mocks = [("bench/mock_server.py (asyncio)", bench_url)]
+        for label, extra in (("", []), (" + TCP_NODELAY", ["--nodelay"])):
+            project = children.start([str(BENCH / "mock_choice.py"), "--serve-project-mock",
+                                      *extra], "project mock")
+            mocks.append((f"forge_record.mock (ThreadingHTTPServer){label}",
+                          f"http://127.0.0.1:{project.expect('listening', 20)[0]}"))
         load = {"concurrency": 20, "model": "bench-20-0-10"}
-        for name, url in (("bench/mock_server.py (asyncio)", bench_url),
-                          ("forge_record.mock (ThreadingHTTPServer)", project_url)):
+        for name, url in mocks:
             port = int(url.rsplit(":", 1)[1])
             _load(port, load, 100, None)
             done = _load(port, load, args.exchanges, None)
