@@ -8,7 +8,9 @@ import sys
 import click
 
 from forge_record import __version__
-from forge_record.commands import doctor, export, harnesses, label, run, sessions, show
+from forge_record.commands import (
+    db, doctor, export, gc, harnesses, label, push, run, sessions, show,
+)
 from forge_record.errors import ForgeRecordError
 
 
@@ -25,6 +27,9 @@ cli.add_command(doctor.doctor)
 cli.add_command(harnesses.harnesses)
 cli.add_command(export.export)
 cli.add_command(label.label)
+cli.add_command(db.db)
+cli.add_command(push.push)
+cli.add_command(gc.gc)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ what was lost.
 from __future__ import annotations
 
 import secrets
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ from forge_record.store import codec, content, delta
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
+PACK_IDLE = 600.0  # less than gc.GRACE
 _PARTS = ("system", "tools", "parameters")
 
 
@@ -70,6 +72,7 @@ class SessionEncoder:
     _packs: codec.Stream = field(default_factory=codec.Stream)
     _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
+    _packed_at: float = field(default_factory=time.monotonic)
 
     @property
     def full(self) -> bool:
@@ -102,12 +105,14 @@ class SessionEncoder:
 
     def pack(self, datas: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
         """The next piece of this segment's pack stream, holding `datas` one after another;
-        with each one's (start, length) in the piece's plain bytes."""
-        spans, at = [], 0
-        for data in datas:
-            spans.append((at, len(data)))
-            at += len(data)
-        return self._packs.piece(b"".join(datas)), spans
+        with each one's (start, length) in the piece's plain bytes. After PACK_IDLE seconds
+        without a pack the stream starts over as a new group: gc may by then have removed a
+        group none of whose blobs were kept (it spares groups younger than its grace)."""
+        now = time.monotonic()
+        if now - self._packed_at > PACK_IDLE:
+            self._packs, self.group = codec.Stream(), secrets.randbits(62)
+        self._packed_at = now
+        return self._packs.piece(b"".join(datas)), spans(datas)
 
     def _parent(self, ex: Exchange) -> tuple[_Seen | None, int]:
         if ex.request is None or not ex.request.messages:
@@ -148,6 +153,15 @@ class SessionEncoder:
             return request_hint([self._bytes[refs[p]] for p in _PARTS],
                                 [self._bytes[n] for n in names])
         return request_hint([], [self._bytes[n] for n in refs["append"]])
+
+
+def spans(datas: list[bytes]) -> list[tuple[int, int]]:
+    """(start, length) of each of `datas` in their concatenation."""
+    out, at = [], 0
+    for data in datas:
+        out.append((at, len(data)))
+        at += len(data)
+    return out
 
 
 def request_hint(parts: list[bytes], messages: list[bytes]) -> bytes:

@@ -49,6 +49,14 @@ def make_engine(url: str) -> Engine:
     raise StoreError(f"unsupported store URL {show_url(url)}: use {SUPPORTED}")
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a sqlite:///PATH store (None for other stores and in-memory ones)."""
+    parsed = parse_url(url)
+    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
+
+
 def parse_url(url: str) -> URL:
     try:
         return make_url(url)

@@ -98,6 +98,8 @@ packs = sa.Table(
     sa.Column("group_id", sa.BigInteger, nullable=False, index=True),
     sa.Column("size", sa.Integer, nullable=False),  # plain bytes
     sa.Column("data", sa.LargeBinary, nullable=False),
+    # gc leaves young groups alone: their writer may still append to them (encoder.PACK_IDLE).
+    sa.Column("created_at", Timestamp, nullable=False),
 )
 
 blobs = sa.Table(

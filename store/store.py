@@ -36,7 +36,7 @@ from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import Exchange, Session
 from forge_record.redact import SECRET_HEADERS
 from forge_record.store import labels, migrate, reader, summary
-from forge_record.store.engine import make_engine, show_url, writing
+from forge_record.store.engine import make_engine, show_url, sqlite_file, writing
 from forge_record.store.schema import exchanges, sessions
 from forge_record.store.write import AddExchange, AddSession, EndSession, Item, Writes, describe
 
@@ -90,7 +90,11 @@ def upgrade_store(url: str) -> tuple[str | None, str]:
 
 
 def store_revision(url: str) -> tuple[str | None, str]:
-    """(the store's revision, the one this code needs), changing nothing."""
+    """(the store's revision, the one this code needs), changing nothing: not even creating
+    a SQLite file that does not exist yet."""
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        return None, migrate.head()
     engine = make_engine(url)
     try:
         with _opening(engine):

@@ -142,29 +142,45 @@ class Writes:
             for blob, data in enc.blobs.items():
                 owner.setdefault(blob, (encoder, data))
         stale = sorted(b for b in owner if now - self._fresh.get(b, 0.0) >= FRESH_FOR)
-        present: set[str] = set()
-        for part in chunks(stale):
-            present.update(conn.scalars(blobs.update().where(blobs.c.hash.in_(part))
-                                        .values(touched_at=now).returning(blobs.c.hash)))
+        present = touch(conn, stale, now)
         missing: dict[int, list[str]] = {}  # by encoder
         for blob in stale:
             if blob not in present:
                 missing.setdefault(id(owner[blob][0]), []).append(blob)
         for names in missing.values():
-            _pack(conn, owner[names[0]][0], names, [owner[n][1] for n in names], now)
+            encoder = owner[names[0]][0]
+            datas = [owner[n][1] for n in names]
+            piece, places = encoder.pack(datas)
+            insert_pack(conn, encoder.group, piece, names, datas, places, now)
         return set(stale)
 
 
-def _pack(conn, encoder: SessionEncoder, names: list[str], datas: list[bytes], now: float) -> None:
-    piece, spans = encoder.pack(datas)
-    pack_id = conn.scalar(packs.insert().values(
-        group_id=encoder.group, size=sum(len(d) for d in datas), data=piece).returning(packs.c.id))
+def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
+    """Mark these blobs as used now; returns the ones that exist. Names in sorted order, so
+    that concurrent writers lock rows in the same order."""
+    present: set[str] = set()
+    for part in chunks(sorted(names)):
+        present.update(conn.scalars(blobs.update().where(blobs.c.hash.in_(part))
+                                    .values(touched_at=now).returning(blobs.c.hash)))
+    return present
+
+
+def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: float) -> int:
+    return conn.scalar(packs.insert().values(
+        group_id=group, size=size, data=piece, created_at=now).returning(packs.c.id))
+
+
+def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
+                datas: list[bytes], places: list[tuple[int, int]], now: float) -> None:
+    """One pack row and the blob rows that live in it (a blob another writer inserted
+    meanwhile keeps that writer's row)."""
+    pack_id = new_pack(conn, group, piece, sum(len(d) for d in datas), now)
     rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": now}
-            for n, (s, ln) in zip(names, spans)]
-    conn.execute(_insert(conn, blobs).on_conflict_do_nothing(index_elements=["hash"]), rows)
+            for n, (s, ln) in zip(names, places)]
+    conn.execute(dialect_insert(conn, blobs).on_conflict_do_nothing(index_elements=["hash"]), rows)
 
 
-def _insert(conn: sa.Connection, table: sa.Table) -> Any:
+def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     return dialect.insert(table)
 
@@ -175,7 +191,7 @@ def _add_session(conn: sa.Connection, item: AddSession, if_absent: bool) -> None
     row.update(record_version=RECORD_VERSION, recorder_pid=item.recorder_pid,
                heartbeat_at=item.heartbeat_at)
     if if_absent:
-        conn.execute(_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"]), row)
+        conn.execute(dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"]), row)
     else:
         conn.execute(sessions.insert(), row)
 

@@ -23,7 +23,7 @@ from test_store import (  # noqa: F401 - fixtures
 
 from forge_record.errors import StoreError
 from forge_record.records import exchange_to_dict, session_to_dict
-from forge_record.store import codec, default_store_url, migrate, open_store, upgrade_store
+from forge_record.store import codec, default_store_url, migrate, open_store, schema, upgrade_store
 from forge_record.store.engine import make_engine
 
 EXPECTED_COLUMNS = {
@@ -37,7 +37,7 @@ EXPECTED_COLUMNS = {
         "output_tokens", "cache_read_tokens", "cache_write_tokens", "tool_calls", "flags",
         "record", "raw_request", "raw_response", "layout", "segment", "piece",
     ],
-    "packs": ["id", "group_id", "size", "data"],
+    "packs": ["id", "group_id", "size", "data", "created_at"],
     "blobs": ["hash", "pack_id", "start", "length", "touched_at"],
     "labels": ["session_id", "reward", "note", "tags", "created_at", "updated_at"],
     migrate.VERSION_TABLE: ["version_num"],
@@ -87,7 +87,8 @@ def test_upgrade_of_a_blank_store_builds_exactly_the_schema(engine, tmp_path, mo
     migrate.upgrade(engine)
 
     assert migrate.current(engine) == migrate.head()
-    assert columns(engine) == EXPECTED_COLUMNS
+    assert set(columns(engine)) == {*schema.metadata.tables, migrate.VERSION_TABLE}
+    assert {t: columns(engine)[t] for t in EXPECTED_COLUMNS} == EXPECTED_COLUMNS
     assert EXPECTED_INDEXES <= indexes(engine)
     assert migrate.drift(engine) == []  # the migrations and schema.py agree
     assert (root.handlers, root.level) == (handlers, level)  # logging left alone
@@ -140,13 +141,32 @@ def test_data_written_under_0001_survives_the_upgrade(engine, url):
         assert list(store.iter_exchanges("old", raw=True)) == [*old, new]
 
 
-def test_downgrade_of_the_latest_revision_keeps_every_exchange(engine, url):
-    sent = realistic_exchanges(40)
+def store_session(url, exchanges) -> None:
     with open_store(url) as store:
         store.add_session(make_session("s"))
-        for ex in sent:
+        for ex in exchanges:
             store.add_exchange("s", ex)
-    migrate.downgrade(engine, "0001")  # through 0003 (labels) to before 0002
+
+
+def test_downgrade_of_the_latest_revision_and_back(engine, url):
+    sent = realistic_exchanges(12)
+    store_session(url, sent)
+    head = migrate.head()
+
+    migrate.downgrade(engine, "-1")
+
+    assert migrate.current(engine) not in (None, head)
+    migrate.upgrade(engine)
+    assert migrate.current(engine) == head
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_downgrading_0002_rewrites_every_exchange_as_0001_wrote_it(engine, url):
+    sent = realistic_exchanges(40)
+    store_session(url, sent)
+
+    migrate.downgrade(engine, "0001")
 
     assert migrate.current(engine) == "0001"
     assert columns(engine) == COLUMNS_0001
@@ -195,7 +215,8 @@ def _open_and_close(url, barrier) -> None:
 def test_concurrent_first_opens_migrate_once(url, engine):
     """Recorders starting together on a fresh store: the lock makes the others wait."""
     assert open_in_processes(url) == [0, 0, 0, 0]
-    assert columns(engine) == EXPECTED_COLUMNS
+    assert migrate.current(engine) == migrate.head()
+    assert {t: columns(engine)[t] for t in EXPECTED_COLUMNS} == EXPECTED_COLUMNS
 
 
 def test_sqlite_keeps_blob_hashes_once(tmp_path):

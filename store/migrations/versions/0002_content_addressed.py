@@ -49,6 +49,7 @@ def upgrade() -> None:
         sa.Column("group_id", sa.BigInteger(), nullable=False),
         sa.Column("size", sa.Integer(), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
+        sa.Column("created_at", sa.Double(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_packs")),
     )
     # A blob is read by decoding its group's packs in order.

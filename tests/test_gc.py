@@ -1,0 +1,132 @@
+"""`forge-record gc`: old sessions go, blobs nothing names go, packs are dropped or repacked,
+and everything that stays still reads back exactly. On SQLite and Postgres."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from test_store import (  # noqa: F401 - fixtures
+    backend,
+    count,
+    make_session,
+    pg_admin,
+    pg_module_url,
+    realistic_exchanges,
+    store,
+    store_url,
+)
+
+from forge_record.store import gc
+from forge_record.store.write import AddSession
+
+DAY = 86400.0
+FORGE = str(Path(sys.executable).with_name("forge-record"))
+
+
+def record(store, session_id: str, exchanges, age_days: float, ended: bool = True) -> None:
+    started = time.time() - age_days * DAY
+    store.write([AddSession(make_session(session_id, started_at=started), recorder_pid=None,
+                            heartbeat_at=None if ended else time.time())])
+    for ex in exchanges:
+        store.add_exchange(session_id, ex)
+    if ended:
+        store.end_session(session_id, started + 60, 0)
+
+
+def collect(store, dry_run=False):
+    return gc.collect(store, 30 * DAY, dry_run=dry_run, grace=0, now=time.time() + 1)
+
+
+def test_old_sessions_and_what_only_they_used_are_deleted(store, store_url):
+    old, new = realistic_exchanges(12, seed=1), realistic_exchanges(12, seed=2)
+    record(store, "old", old, age_days=40)
+    record(store, "new", new, age_days=1)
+    blobs_before = count(store_url, "blobs")
+
+    report = collect(store)
+
+    assert (report.sessions, report.exchanges) == (1, 12)
+    assert [s["id"] for s in store.list_sessions(limit=None)] == ["new"]
+    assert count(store_url, "exchanges") == 12
+    assert 0 < report.blobs < blobs_before
+    assert count(store_url, "blobs") == blobs_before - report.blobs
+    assert report.groups + report.repacked >= 1 and report.pack_bytes > 0  # old's pack group
+    assert list(store.iter_exchanges("new", raw=True)) == new
+    assert collect(store) == gc.Report()  # nothing left to do
+
+
+def test_a_dry_run_deletes_nothing_and_says_what_would_go(store, store_url):
+    record(store, "old", realistic_exchanges(8, seed=1), age_days=40)
+    record(store, "new", realistic_exchanges(8, seed=2), age_days=1)
+    counts = {t: count(store_url, t) for t in ("sessions", "exchanges", "blobs", "packs")}
+
+    dry = collect(store, dry_run=True)
+
+    assert {t: count(store_url, t) for t in counts} == counts
+    assert collect(store) == dry
+
+
+def test_blobs_a_kept_session_shares_are_kept_and_their_group_repacked(store, store_url):
+    """"new" is the first calls of the same conversation as "old": it names old's system
+    prompt, tools and first messages, which live in old's pack group."""
+    old = realistic_exchanges(30)
+    record(store, "old", old, age_days=40)
+    record(store, "new", old[:3], age_days=1)
+
+    report = collect(store)
+
+    assert report.sessions == 1 and report.blobs > 0
+    assert report.repacked == 1  # old's group: mostly dead, partly named by "new"
+    assert list(store.iter_exchanges("new", raw=True)) == old[:3]
+    for ex in old[:3]:
+        assert store.get_exchange("new", ex.seq, raw=True) == ex
+
+
+def test_sessions_still_recording_are_kept_whatever_their_age(store):
+    record(store, "running", realistic_exchanges(3), age_days=40, ended=False)
+    record(store, "interrupted", realistic_exchanges(3, seed=3), age_days=40, ended=False)
+    store.abandon({"interrupted"})  # its recorder died
+
+    report = collect(store)
+
+    assert (report.sessions, report.kept_recording) == (1, 1)
+    assert [s["id"] for s in store.list_sessions()] == ["running"]
+    assert len(list(store.iter_exchanges("running", raw=True))) == 3
+
+
+def test_recently_touched_blobs_survive_the_grace_period(store, store_url):
+    record(store, "old", realistic_exchanges(5, seed=4), age_days=40)
+    blobs = count(store_url, "blobs")
+    report = gc.collect(store, 30 * DAY)  # the default grace: an hour
+    assert report.sessions == 1 and report.blobs == 0
+    assert count(store_url, "blobs") == blobs
+
+
+def test_gc_command(store, store_url, tmp_path):
+    record(store, "old", realistic_exchanges(4, seed=5), age_days=40)
+    env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path / "home")}
+
+    def forge(*args):
+        return subprocess.run([FORGE, *args, "--store", store_url], env=env, text=True,
+                              capture_output=True, timeout=120)
+
+    dry = forge("gc", "--older-than", "30d", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("would delete 1 sessions (4 exchanges)")
+    assert count(store_url, "sessions") == 1
+    done = forge("gc", "--older-than", "4w")
+    assert done.returncode == 0 and done.stdout.startswith("deleted 1 sessions (4 exchanges)")
+    assert count(store_url, "sessions") == 0
+    bad = forge("gc", "--older-than", "30 days")
+    assert bad.returncode == 2 and "expected a number and a unit" in bad.stderr
+
+
+def test_ages_parse():
+    from forge_record.commands.gc import parse_age
+
+    assert [parse_age(None, None, v) for v in ("30d", "12h", "2w", "90m", "1.5d", "45s")] == [
+        30 * DAY, 12 * 3600, 14 * DAY, 90 * 60, 1.5 * DAY, 45]
