@@ -10,8 +10,9 @@ first attempt (`retry_of`), its compaction `segment` within the thread and its h
    out) as an earlier call, sent with `x-stainless-retry-count` > 0 or after that attempt
    failed. It joins the first attempt's thread; one logical call, the retry kept and marked.
 2. side: what the exchange shows by itself (lineage_signals.side_kind_of): count_tokens,
-   Codex warm-ups, Claude Code's compaction request, title and summary requests. Side calls
-   form the thread "side"; a compaction call's parent is the call whose history it sums up.
+   Codex warm-ups and remote compaction, Claude Code's compaction request, title and summary
+   requests. Side calls form the thread "side"; a compaction call's parent is the call whose
+   history it sums up.
 3. subagent: the headers name an agent (Claude Code's `x-claude-code-agent-id`, Codex
    `thread-id`) or the request says so (`cc_is_subagent=true`): one thread per agent id,
    "subagent-<id>". It is linked to the parent's tool call that spawned it by the
@@ -29,7 +30,8 @@ first attempt (`retry_of`), its compaction `segment` within the thread and its h
 6. otherwise a new root: "main" for the first, "main-2", … after; but a call without tools
    from a client whose headers name a tool-using harness (Claude Code, Codex, …) that
    continues nothing is a side call of kind "other" (the session's shim name is not enough:
-   any SDK script can run under `--harness claude-code`).
+   any SDK script can run under `--harness claude-code`). A root that shares its first
+   messages with another thread (a history rewrite) names that thread as `parent_thread`.
 
 Usage is counted once per API call. A thread's and the session's token fields sum its
 conversation calls (main, subagent and their retries: a retry that answered is where the

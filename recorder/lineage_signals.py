@@ -137,8 +137,11 @@ def side_kind_of(ex: Exchange, codex_label: str = "") -> str | None:
     alone shows it is not a turn of the agent's conversation; None otherwise."""
     request = ex.request or Request()
     if ex.kind != "model":
-        if "count_tokens" in ex.url:
+        path = urlsplit(ex.url).path
+        if path.endswith(("/count_tokens", ":countTokens")):  # Anthropic, Gemini
             return "count_tokens"
+        if path.endswith("/responses/compact"):  # Codex's remote compaction
+            return "compaction"
         return "warmup" if request.parameters.get("generate") is False else "other"
     if codex_label == "compact" or _asks_compaction(request):
         return "compaction"

@@ -317,11 +317,13 @@ def test_codex_warmups_and_thread_headers():
         replace(call(4, M2, R2, tools=(BASH,)), request_headers=codex | {
             "x-openai-subagent": "compact"}),
     ]
+    exchanges.append(replace(call(5, M2, None, kind="side", url="/v1/responses/compact"),
+                             request_headers=codex))
     lineage = analyze(exchanges, "codex")
     kinds = {s: (c.thread, c.role, c.side_kind) for s, c in lineage.calls.items()}
     assert kinds == {1: ("side", "side", "warmup"), 2: ("main", "main", None),
                      3: ("subagent-child-thread", "subagent", None),
-                     4: ("side", "side", "compaction")}
+                     4: ("side", "side", "compaction"), 5: ("side", "side", "compaction")}
     assert lineage.threads[1].parent_thread == "main"
     fp = lineage.fingerprints[lineage.calls[2].fingerprint]
     assert (fp.harness, fp.version) == ("codex", "0.171.0")
