@@ -23,7 +23,7 @@ CLIENT = """
 import anthropic, os, sys, time
 client = anthropic.Anthropic(api_key="sk-ant-dummy-key", max_retries=0)
 for _ in range(2):
-    client.messages.create(model="claude-sonnet-4-5", max_tokens=20,
+    client.messages.create(model="claude-haiku-4-5", max_tokens=20,
                            messages=[{"role": "user", "content": "hi"}])
 print("done", os.getpid(), flush=True)
 time.sleep(60)

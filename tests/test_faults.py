@@ -26,7 +26,7 @@ from forge_record.trust import confdir
 
 pytestmark = pytest.mark.slow
 
-BODY = {"model": "claude-sonnet-4-5", "max_tokens": 50, "stream": True,
+BODY = {"model": "claude-haiku-4-5", "max_tokens": 50, "stream": True,
         "messages": [{"role": "user", "content": "hi"}]}
 HEADERS = {"x-api-key": "sk-ant-dummy-key", "anthropic-version": "2023-06-01"}
 GOOD = list(sse_events(full_message(BODY, text_message("fine, thanks"), b"x")))

@@ -17,7 +17,7 @@ from forge_record.mock import MockUpstream, Reply
 from forge_record.records import COMPLETE, INCOMPLETE, Text
 from forge_record.trust import confdir
 
-BODY = {"model": "claude-sonnet-4-5", "max_tokens": 50, "stream": True,
+BODY = {"model": "claude-haiku-4-5", "max_tokens": 50, "stream": True,
         "messages": [{"role": "user", "content": "hello there, tell me a long story"}]}
 HEADERS = {"x-api-key": "sk-ant-dummy-key", "anthropic-version": "2023-06-01",
            "content-type": "application/json"}
@@ -100,7 +100,7 @@ def test_compressed_request_body_is_decoded(proxied):
     assert mock.requests[-1].body == body  # forwarded as sent
     [ex] = wait_for(exchanges)
     assert ex.status == COMPLETE
-    assert ex.request.model == "claude-sonnet-4-5"
+    assert ex.request.model == "claude-haiku-4-5"
 
 
 def test_error_status_is_recorded_as_error(proxied):

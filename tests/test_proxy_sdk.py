@@ -83,7 +83,7 @@ def direct_client(mock) -> anthropic.Anthropic:
 def raw_bytes(client: anthropic.Anthropic, stream: bool) -> bytes:
     """The response body exactly as the SDK's HTTP layer received it (still encoded)."""
     with client.messages.with_streaming_response.create(
-        model="claude-sonnet-4-5", max_tokens=100, tools=TOOLS, stream=stream,
+        model="claude-haiku-4-5", max_tokens=100, tools=TOOLS, stream=stream,
         messages=[{"role": "user", "content": PROMPT}],
     ) as response:
         return b"".join(response.http_response.iter_raw())
@@ -100,17 +100,17 @@ def test_client_gets_the_bytes_of_a_direct_call(recorded, mock, stream):
 def test_exchange_is_decoded(recorded, stream):
     client, exchanges = recorded
     if stream:
-        with client.messages.stream(model="claude-sonnet-4-5", max_tokens=100, tools=TOOLS,
+        with client.messages.stream(model="claude-haiku-4-5", max_tokens=100, tools=TOOLS,
                                     messages=[{"role": "user", "content": PROMPT}]) as s:
             message = s.get_final_message()
     else:
-        message = client.messages.create(model="claude-sonnet-4-5", max_tokens=100, tools=TOOLS,
+        message = client.messages.create(model="claude-haiku-4-5", max_tokens=100, tools=TOOLS,
                                           messages=[{"role": "user", "content": PROMPT}])
     [ex] = [finalize(e) for e in exchanges.wait(1)]
     assert ex.status == COMPLETE, ex.flags
     assert ex.http_status == 200
     assert ex.url.startswith("https://api.anthropic.com/v1/messages")
-    assert ex.request.model == "claude-sonnet-4-5"
+    assert ex.request.model == "claude-haiku-4-5"
     assert ex.request.messages[0].content[0].text == PROMPT
     assert ex.response.id == message.id
     [call] = [b for b in ex.response.content if isinstance(b, ToolCall)]
@@ -123,7 +123,7 @@ def test_exchange_is_decoded(recorded, stream):
 
 def test_count_tokens_is_a_side_call(recorded):
     client, exchanges = recorded
-    client.messages.count_tokens(model="claude-sonnet-4-5",
+    client.messages.count_tokens(model="claude-haiku-4-5",
                                  messages=[{"role": "user", "content": "hi"}])
     [ex] = exchanges.wait(1)
     assert ex.kind == "side"

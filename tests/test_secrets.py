@@ -80,7 +80,7 @@ CLIENT = """
 import anthropic, sys
 client = anthropic.Anthropic(api_key="sk-ant-dummy-client-key", max_retries=0)
 leak = sys.argv[1]
-client.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=[
+client.messages.create(model="claude-haiku-4-5", max_tokens=50, messages=[
     {"role": "user", "content": "run it"},
     {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
                                        "input": {"command": "cat .env", "token": leak}}]},
