@@ -85,6 +85,8 @@ class Writer:
         self.spooled = 0
         self.replayed = 0
         self.batches = 0  # transactions the store was asked for, for tests and benchmarks
+        self.spool_left = 0  # after close(): items left in the spool for the next run, and where
+        self.spool_file: Path | None = None
         self._spool = spooling.Spool(spool_dir or default_spool_dir(),
                                      store_fingerprint or store.fingerprint)
         self._down = store is None
@@ -152,6 +154,7 @@ class Writer:
             log.warning("forge-record: the store did not answer; %d items wait in %s and are "
                         "written by the next `forge-record run` with this store",
                         self._spool.count, self._spool.path)
+        self.spool_left, self.spool_file = self._spool.count, self._spool.path
         self._spool.close()
         if self.store is not None:
             self.store.close()

@@ -225,3 +225,34 @@ def test_sqlite_keeps_blob_hashes_once(tmp_path):
     with sqlite3.connect(tmp_path / "traces.db") as conn:
         sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'blobs'").fetchone()[0]
     assert "WITHOUT ROWID" in sql
+
+
+def forge_db(url, *args, home):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    forge = str(Path(sys.executable).with_name("forge-record"))
+    return subprocess.run([forge, "db", *args, "--store", url], text=True, capture_output=True,
+                          env={**os.environ, "FORGE_RECORD_HOME": str(home)}, timeout=120)
+
+
+def test_db_current_and_upgrade_commands(engine, url, tmp_path):
+    migrate.upgrade(engine, "0001")
+    before = forge_db(url, "current", home=tmp_path)
+    assert before.returncode == 0, before.stderr
+    assert "revision 0001" in before.stdout and f"needs {migrate.head()}" in before.stdout
+    done = forge_db(url, "upgrade", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"upgraded from revision 0001 to {migrate.head()}" in done.stdout
+    assert migrate.current(engine) == migrate.head()
+    assert f"revision {migrate.head()}, up to date" in forge_db(url, "current", home=tmp_path).stdout
+    assert "already at revision" in forge_db(url, "upgrade", home=tmp_path).stdout
+
+
+def test_db_current_does_not_create_a_sqlite_store(tmp_path):
+    url = default_store_url(tmp_path / "nothing-here")
+    proc = forge_db(url, "current", home=tmp_path)
+    assert proc.returncode == 0 and "revision none" in proc.stdout
+    assert not (tmp_path / "nothing-here").exists()

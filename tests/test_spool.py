@@ -322,3 +322,32 @@ def test_replay_is_idempotent_with_what_reached_the_store(store, tmp_path):
     assert sorted(store.seqs("s")) == [1, 2]
     assert store.get_session("s").exit_code == 0
     assert dataclasses.replace(store.get_exchange("s", 2, raw=True)) == items()[2].exchange
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_run_with_the_team_store_down_keeps_the_exit_code_and_the_next_run_writes_it(
+        relayed, tmp_path):
+    import os
+
+    url, relay = relayed
+    forge = str(Path(sys.executable).with_name("forge-record"))
+    env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path / "home")}
+
+    def run(code: int) -> subprocess.CompletedProcess:
+        return subprocess.run([forge, "run", "--store", url, "--", sys.executable, "-c",
+                               f"import sys; sys.exit({code})"], env=env, text=True,
+                              capture_output=True, timeout=120)
+
+    relay.stop()
+    down = run(3)
+    assert down.returncode == 3, down.stderr
+    assert "the store did not answer; 2 items wait in" in down.stderr.splitlines()[-1]
+    assert len(list((tmp_path / "home" / "spool").glob("*.spool"))) == 1
+    relay.start()
+    up = run(0)
+    assert up.returncode == 0, up.stderr
+    assert list((tmp_path / "home" / "spool").glob("*.spool")) == []
+    with open_store(url) as store:
+        assert sorted(s["exit_code"] for s in store.list_sessions()) == [0, 3]
+        assert {s["status"] for s in store.list_sessions()} == {"ended"}

@@ -16,7 +16,7 @@ import click
 
 from forge_record import config, harness_shims, launch, trust
 from forge_record.commands.common import key_value, open_store, setup_logging, store_option
-from forge_record.errors import UsageError
+from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
 from forge_record.paths import home, store_url
 from forge_record.records import Exchange, Session
@@ -116,7 +116,8 @@ def record(
     )
     prepare = functools.partial(finalize, redactor=redactor)
     chains = ResponseChains()  # rebuilds WebSocket calls' full context, in the writer thread
-    writer = Writer(open_store(url), prepare=lambda exchange: chains.stitch(prepare(exchange)))
+    # Writer.open records into the spool if a Postgres store is down (it writes it later).
+    writer = Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)))
     writer.submit_session(session)
     seen = _VersionSniffer(shim)
 
@@ -166,11 +167,19 @@ class _VersionSniffer:
 
 
 def _print_summary(url: str, session_id: str, writer) -> None:
-    store = open_store(url)
+    if writer.spool_left:  # the store was down: the next run writes the spool
+        click.echo(f"forge-record: session {session_id} · the store did not answer; "
+                   f"{writer.spool_left} items wait in {writer.spool_file}", err=True)
+        return
     try:
-        s = store.session_summary(session_id)
-    finally:
-        store.close()
+        store = open_store(url)
+        try:
+            s = store.session_summary(session_id)
+        finally:
+            store.close()
+    except StoreError as e:  # the agent's exit code still wins
+        click.echo(f"forge-record: session {session_id} · {e}", err=True)
+        return
     lost = writer.dropped + writer.failed
     parts = [
         f"session {session_id}",
