@@ -86,7 +86,8 @@ def measure(p: dict) -> dict:
     messages = history(p["request_kb"])
     runs: dict[str, dict[str, list[dict]]] = {}
     started = time.monotonic()
-    with Children() as children, tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
+    # Children stop (and forge-record finishes writing) before their files are removed.
+    with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp, Children() as children:
         _, mock_url = start_mock(children)
         targets = _targets(children, p, mock_url, Path(tmp))
         clients = {(c, k): CLIENTS[k](t) for c, t in targets.items() for k in p["clients"]}

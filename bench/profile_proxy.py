@@ -80,7 +80,8 @@ def main() -> None:
     args = ap.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     p = {"concurrency": 20, "model": args.model}
-    with Children() as children, tempfile.TemporaryDirectory(prefix="fr-prof-") as tmp:
+    # Children stop (and forge-record finishes writing) before their files are removed.
+    with tempfile.TemporaryDirectory(prefix="fr-prof-") as tmp, Children() as children:
         _, mock_url = start_mock(children)
         proxy = start_proxy(children, args.kind, args.mode, mock_url, Path(tmp), "profiled",
                             tuple(args.extra.split()))

@@ -86,7 +86,8 @@ def _start_targets(children: Children, p: dict, mock_url: str, tmp: Path) -> dic
 def measure(p: dict) -> dict:
     runs: dict[str, list[dict]] = {}
     started = time.monotonic()
-    with Children() as children, tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
+    # Children stop (and forge-record finishes writing) before their files are removed.
+    with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp, Children() as children:
         _, mock_url = start_mock(children)
         targets = _start_targets(children, p, mock_url, Path(tmp))
         for target in targets.values():  # warm up: connections, caches, the db file
