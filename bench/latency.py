@@ -127,10 +127,24 @@ def summarize(result: dict) -> dict:
         for client in summary.get(forge, {}):
             if client in summary.get(bare, {}):
                 f_row, b_row = summary[forge][client], summary[bare][client]
-                ratios.setdefault(mode, {})[client] = {
-                    f: ratio(f_row[f"added_{f}"], b_row[f"added_{f}"]) for f in FIGURES}
+                row = {f: ratio(f_row[f"added_{f}"], b_row[f"added_{f}"]) for f in FIGURES}
+                row["spread"] = _round_ratio_spread(runs, forge, bare, client)
+                ratios.setdefault(mode, {})[client] = row
     result["summary"], result["ratios"] = summary, ratios
     return result
+
+
+def _round_ratio_spread(runs: dict, forge: str, bare: str, client: str) -> dict:
+    """The same ratio computed round by round: its quartiles show how far one round's
+    noise moves it (on a busy machine, far)."""
+    base = runs["direct"][client]
+    spread = {}
+    for f in FIGURES:
+        per_round = [ratio(a[f] - d[f], b[f] - d[f])
+                     for a, b, d in zip(runs[forge][client], runs[bare][client], base)]
+        per_round = [x for x in per_round if x == x]  # drop NaN
+        spread[f] = (percentile(per_round, 25), percentile(per_round, 75))
+    return spread
 
 
 def markdown(result: dict) -> str:
@@ -155,12 +169,15 @@ def markdown(result: dict) -> str:
                 f"{fmt(r['total_ms'], 1)} | {fmt(r['added_total_ms'])} | "
                 f"{fmt(r['added_event_p50_ms'], 3)} | {fmt(r['added_event_p99_ms'], 3)} | "
                 f"{fmt(r['eom_ms'], 3)} | {'yes' if r['streamed'] else '**no (buffered)**'} |")
-    lines += ["", "forge-record's added latency / bare pass-through's (target ≤ 1.1):", "",
+    lines += ["", "forge-record's added latency / bare pass-through's (target ≤ 1.1); in brackets "
+              "the quartiles of the same ratio taken round by round:", "",
               "| mode | client | +TTFT | +total | +event p50 | +event p99 |",
               "|---|---|---:|---:|---:|---:|"]
     for mode, by_client in result["ratios"].items():
         for client, r in by_client.items():
-            lines.append(f"| {mode} | {client} | " + " | ".join(fmt(r[f]) for f in FIGURES) + " |")
+            cells = [f"{fmt(r[f])} ({fmt(r['spread'][f][0], 1)}–{fmt(r['spread'][f][1], 1)})"
+                     for f in FIGURES]
+            lines.append(f"| {mode} | {client} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -113,8 +113,13 @@ def summarize(result: dict) -> dict:
     for mode in result["params"]["modes"]:
         forge, bare = summary.get(f"forge-{_SHORT[mode]}"), summary.get(f"bare-{_SHORT[mode]}")
         if forge and bare:
+            f_runs = result["runs"][f"forge-{_SHORT[mode]}"]
+            b_runs = result["runs"][f"bare-{_SHORT[mode]}"]
             ratios[mode] = {"rate": ratio(forge["rate"], bare["rate"]),
                             "cpu_s_per_mb": ratio(forge["cpu_s_per_mb"], bare["cpu_s_per_mb"])}
+            for key in ("rate", "cpu_s_per_mb"):  # round by round, to show the noise
+                per_round = [ratio(f[key], b[key]) for f, b in zip(f_runs, b_runs)]
+                ratios[mode][f"{key}_range"] = (min(per_round), max(per_round))
     result["summary"], result["ratios"] = summary, ratios
     return result
 
@@ -135,10 +140,13 @@ def markdown(result: dict) -> str:
         nan = float("nan")
         lines.append(f"| {name} | {fmt(r['rate'], 0)} | {fmt(r.get('cpu_s_per_mb', nan))} "
                      f"| {fmt(r.get('cpu_s', nan))} | {fmt(r.get('writer_lag_s', nan))} |")
-    lines += ["", "| mode | forge / bare exchanges/s (target ≥ 0.95) | forge / bare CPU per MB "
+    lines += ["", "Ratios of the medians; in brackets the lowest and highest ratio of one round:", "",
+              "| mode | forge / bare exchanges/s (target ≥ 0.95) | forge / bare CPU per MB "
               "(target ≤ 1.2) |", "|---|---:|---:|"]
     for mode, r in result["ratios"].items():
-        lines.append(f"| {mode} | {fmt(r['rate'])} | {fmt(r['cpu_s_per_mb'])} |")
+        cells = [f"{fmt(r[k])} ({fmt(r[k + '_range'][0])}–{fmt(r[k + '_range'][1])})"
+                 for k in ("rate", "cpu_s_per_mb")]
+        lines.append(f"| {mode} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
