@@ -140,8 +140,8 @@ def markdown(result: dict) -> str:
         nan = float("nan")
         lines.append(f"| {name} | {fmt(r['rate'], 0)} | {fmt(r.get('cpu_s_per_mb', nan))} "
                      f"| {fmt(r.get('cpu_s', nan))} | {fmt(r.get('writer_lag_s', nan))} |")
-    lines += ["", "Ratios of the medians; in brackets the lowest and highest ratio of one round:", "",
-              "| mode | forge / bare exchanges/s (target ≥ 0.95) | forge / bare CPU per MB "
+    lines += ["", "Ratios of the medians; in brackets the lowest and highest ratio of one round:",
+              "", "| mode | forge / bare exchanges/s (target ≥ 0.95) | forge / bare CPU per MB "
               "(target ≤ 1.2) |", "|---|---:|---:|"]
     for mode, r in result["ratios"].items():
         cells = [f"{fmt(r[k])} ({fmt(r[k + '_range'][0])}–{fmt(r[k + '_range'][1])})"
