@@ -71,7 +71,7 @@ FAULTS = {
     "binary_sse": (lambda: Reply.stream(iter([random.Random(2).randbytes(2048), b"\n\n"])), INCOMPLETE, None),
     "slow_drip": (lambda: Reply.stream(slow_drip(GOOD)), COMPLETE, None),
     "empty_200": (lambda: Reply(body=b"", content_type="application/json"), INCOMPLETE, "decode_error"),
-    "gzip_garbage_json": (lambda: Reply(body=gzip.compress(b"{oops"), headers={"content-encoding": "gzip"}), INCOMPLETE, "decode_error"),
+    "gzip_garbage_json": (lambda: Reply(body=gzip.compress(b"{oops", mtime=0), headers={"content-encoding": "gzip"}), INCOMPLETE, "decode_error"),
 }
 
 
