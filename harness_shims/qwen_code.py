@@ -1,7 +1,9 @@
-"""Qwen Code (`qwen`, npm @qwen-code/qwen-code; configured per its docs, not run here).
+"""Qwen Code (`qwen`, npm @qwen-code/qwen-code; checked with 0.24.4).
 
 With an API key Qwen Code speaks OpenAI Chat Completions to OPENAI_BASE_URL (PROTOCOLS.md
-§2.6 (a)). auto mode is reverse when OPENAI_BASE_URL and OPENAI_API_KEY are both set: the
+§2.6 (a)); without one set, 0.24.4 calls DashScope's compatible mode
+(dashscope.aliyuncs.com/compatible-mode/v1), and it also opens *.rum.aliyuncs.com
+(telemetry), which is tunnelled untouched. auto mode is reverse when OPENAI_BASE_URL and OPENAI_API_KEY are both set: the
 variable then points at the proxy and the user's base URL (DashScope, a local vLLM, a
 gateway, its path prefix kept) stays the upstream. That is also how a model server on
 127.0.0.1 gets recorded: loopback is in NO_PROXY, so forward mode would never see it.
@@ -28,7 +30,7 @@ class QwenCode(Shim):
     base_url_var = "OPENAI_BASE_URL"
     default_base_url = "https://dashscope.aliyuncs.com/compatible-mode/v1"
     user_agent_pattern = re.compile(r"QwenCode/([\w.+-]+)")
-    verified = "configuration only (PROTOCOLS.md §2.6)"
+    verified = "Qwen Code 0.24.4, real binary, forward and reverse (API key)"
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         api_key_mode = environ.get(self.base_url_var) and environ.get("OPENAI_API_KEY")
