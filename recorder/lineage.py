@@ -27,7 +27,9 @@ first attempt (`retry_of`), its compaction `segment` within the thread and its h
 5. after compaction: a request that opens with Claude Code's "This session is being
    continued…" and continues nothing starts a new segment of the thread the latest
    compaction call summed up; `Thread.segments` links it to that compaction call.
-6. otherwise a new root: "main" for the first, "main-2", … after; but a call without tools
+6. a call whose request did not decode joins the latest main thread of its harness session
+   (the headers are all there is to go on).
+7. otherwise a new root: "main" for the first, "main-2", … after; but a call without tools
    from a client whose headers name a tool-using harness (Claude Code, Codex, …) that
    continues nothing is a side call of kind "other" (the session's shim name is not enough:
    any SDK script can run under `--harness claude-code`). A root that shares its first
@@ -162,6 +164,10 @@ class _Fold:
 
     def _conversation(self, sig: Signals, chain: list[str], client: str | None) -> Call:
         in_main = lambda s: s.thread.role == MAIN and _same_session(s, sig)  # noqa: E731
+        if not sig.decoded:  # no content to match: the headers' latest main thread keeps it
+            state = next((s for s in reversed(self.threads.values()) if in_main(s)), None)
+            if state is not None:
+                return self._call_in(state, sig, state.thread.calls[-1])
         parent = self._extended(chain, sig, in_main)
         if parent is not None:
             state = self.threads[self.calls[parent].thread]
@@ -172,7 +178,7 @@ class _Fold:
             return self._call_in(fork, sig, parent)
         if sig.continues_compacted:
             return self._new_segment(sig)
-        if not sig.has_tools and client in TOOL_HARNESSES:
+        if sig.decoded and not sig.has_tools and client in TOOL_HARNESSES:
             self._side_thread()
             return Call(seq=sig.seq, thread=SIDE_THREAD, role=SIDE, side_kind="other")
         root = self._new_thread(self._main_id(), MAIN, sig)

@@ -60,6 +60,7 @@ class Signals:
     request_hash: str | None  # path + request, without per-request noise (cch)
     side_kind: str | None  # what the exchange shows by itself; None for a conversation call
     continues_compacted: bool  # opens with Claude Code's "session is being continued"
+    decoded: bool  # the request parsed into a record (else content signals are empty)
     has_tools: bool
     complete: bool
     messages: tuple[str, ...]  # one content hash per request message
@@ -93,6 +94,7 @@ def signals_of(ex: Exchange, before: Known | None = None) -> Signals:
         request_hash=_request_hash(ex, messages),
         side_kind=side_kind_of(ex, codex_label),
         continues_compacted=_continues_compacted(request),
+        decoded=ex.request is not None,
         has_tools=bool(request.tools),
         complete=ex.status == COMPLETE,
         messages=messages,

@@ -207,6 +207,14 @@ def test_cache_control_moving_between_turns_does_not_break_a_thread():
     assert analyze(exchanges).calls[2].parent == 1
 
 
+def test_a_call_whose_request_did_not_decode_stays_in_its_thread():
+    undecoded = replace(call(2, M2, None, status=ERROR), request=None, flags=["decode_error"])
+    lineage = analyze([call(1, M1, R1), undecoded, call(3, M2, R2)], "claude-code")
+    assert placed(lineage) == {1: ("main", "main", None), 2: ("main", "main", 1),
+                               3: ("main", "main", 1)}
+    assert lineage.fingerprints[lineage.calls[2].fingerprint].model is None
+
+
 # --- retries -----------------------------------------------------------------------------
 
 
