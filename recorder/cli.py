@@ -11,6 +11,7 @@ from forge_record import __version__
 from forge_record.commands import (
     db, doctor, export, gc, harnesses, label, push, run, sessions, show,
 )
+from forge_record.commands import view
 from forge_record.errors import ForgeRecordError
 
 
@@ -30,6 +31,7 @@ cli.add_command(label.label)
 cli.add_command(db.db)
 cli.add_command(push.push)
 cli.add_command(gc.gc)
+cli.add_command(view.view)
 
 
 def main() -> None:
