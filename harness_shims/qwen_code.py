@@ -3,10 +3,11 @@
 With an API key Qwen Code speaks OpenAI Chat Completions to OPENAI_BASE_URL (PROTOCOLS.md
 §2.6 (a)); without one set, 0.24.4 calls DashScope's compatible mode
 (dashscope.aliyuncs.com/compatible-mode/v1), and it also opens *.rum.aliyuncs.com
-(telemetry), which is tunnelled untouched. auto mode is reverse when OPENAI_BASE_URL and OPENAI_API_KEY are both set: the
-variable then points at the proxy and the user's base URL (DashScope, a local vLLM, a
-gateway, its path prefix kept) stays the upstream. That is also how a model server on
-127.0.0.1 gets recorded: loopback is in NO_PROXY, so forward mode would never see it.
+(telemetry), which is tunnelled untouched. auto mode is reverse when OPENAI_BASE_URL and
+OPENAI_API_KEY are both set: the variable then points at the proxy and the user's base URL
+(DashScope, a local vLLM, a gateway, its path prefix kept) stays the upstream. That is also
+how a model server on 127.0.0.1 gets recorded: loopback is in NO_PROXY, so forward mode would
+never see it.
 
 Qwen OAuth ignores OPENAI_BASE_URL: inference goes to the `resource_url` of the stored
 credentials (portal.qwen.ai, or DashScope) (§2.6 (d)), so without an API key auto mode is

@@ -56,7 +56,7 @@ SIG = "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2"
 
 def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
     bounds = [0, *sorted(set(cuts)), len(body)]
-    return [body[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [body[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def chunkings(body: bytes):
@@ -407,7 +407,8 @@ def test_bad_requests_raise_decode_error(body):
 
 def test_unknown_parts_are_kept_verbatim():
     part = {"executableCode": {"language": "PYTHON", "code": "print(1)"}}
-    request = GENERATE.parse_request(orjson.dumps({"contents": [{"role": "user", "parts": [part]}]}))
+    body = orjson.dumps({"contents": [{"role": "user", "parts": [part]}]})
+    request = GENERATE.parse_request(body)
     assert request.messages == [Message(role="user", content=[Other(data=part)])]
     assert isinstance(request, Request)
 

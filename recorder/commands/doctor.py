@@ -150,7 +150,7 @@ def _trust(mode: str, env: dict[str, str], ca: CaFiles, environ, report: Report)
         found = [_file_check(env[v], ours, r) for v, r in set_here.items()]
         problems = [text for ok, text in found if not ok]
         detail = "; ".join(problems) or "; ".join(f"{v}: {text}" for v, (_, text) in
-                                                  zip(set_here, found))
+                                                  zip(set_here, found, strict=True))
         report.check(not problems, family, detail)
     for name in REPLACED:
         if environ.get(name) and name in env:

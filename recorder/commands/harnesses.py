@@ -49,8 +49,9 @@ def harnesses(as_json) -> None:
                         else ""),
          row["checked_with"] or "-") for row in rows]
     widths = [max(len(r[i]) for r in table) for i in range(3)]
-    for r in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[3])
+    for *cells, checked in table:
+        padded = (c.ljust(w) for c, w in zip(cells, widths, strict=True))
+        click.echo("  ".join([*padded, checked]))
     click.echo("\nforward: HTTPS_PROXY + CA variables, the real host kept; reverse: the CLI's "
                "base-URL variable points at the proxy.\nforge-record doctor CMD shows exactly "
                "what a run would set.")

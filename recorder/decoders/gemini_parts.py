@@ -203,7 +203,7 @@ def _apply_partial(args: dict[str, Any], piece: dict[str, Any]) -> None:
     if not steps:
         raise ValueError(f"bad jsonPath {piece.get('jsonPath')!r}")
     target: Any = args
-    for step, following in zip(steps, steps[1:]):
+    for step, following in zip(steps, steps[1:], strict=False):
         empty: Any = [] if isinstance(following, int) else {}
         if isinstance(step, int):
             _pad(target, step)

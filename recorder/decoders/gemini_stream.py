@@ -47,9 +47,10 @@ def usage(raw: Any) -> Usage:
     prompt, cached = raw.get("promptTokenCount"), raw.get("cachedContentTokenCount")
     answer, thoughts = raw.get("candidatesTokenCount"), raw.get("thoughtsTokenCount")
     tool_prompt = raw.get("toolUsePromptTokenCount") or 0
+    output = None if answer is None and thoughts is None else (answer or 0) + (thoughts or 0)
     return Usage(
         input_tokens=None if prompt is None else prompt - (cached or 0) + tool_prompt,
-        output_tokens=None if answer is None and thoughts is None else (answer or 0) + (thoughts or 0),
+        output_tokens=output,
         cache_read_tokens=cached,
         reasoning_tokens=thoughts,
         raw=raw,
