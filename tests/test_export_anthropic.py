@@ -23,7 +23,6 @@ from test_export_sessions import (
     export_lines,
     first_calls,
     recorded_store,
-    use_lineage,
 )
 
 from forge_record.decoders import dialect_named
@@ -32,11 +31,6 @@ from forge_record.records import Message, Reasoning
 from forge_record.store import open_store
 
 FINAL = f"The command printed: {TOOL_OUTPUT}"
-
-
-@pytest.fixture(autouse=True)
-def _lineage(monkeypatch):
-    use_lineage(monkeypatch)
 
 
 @pytest.fixture(scope="module")

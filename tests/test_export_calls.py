@@ -16,18 +16,12 @@ from test_export_sessions import (
     export_lines,
     first_calls,
     recorded_store,
-    use_lineage,
 )
 
 from forge_record.exporters import Filters, Options, export
 from forge_record.exporters import parquet as parquet_export
 from forge_record.records import block_to_dict, request_to_dict, response_to_dict
 from forge_record.store import default_store_url, open_store
-
-
-@pytest.fixture(autouse=True)
-def _lineage(monkeypatch):
-    use_lineage(monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from test_export_sessions import SESSIONS, recorded_store, use_lineage
+from test_export_sessions import SESSIONS, recorded_store
 
 from forge_record.cli import cli
 from forge_record.errors import UsageError
@@ -24,11 +24,6 @@ from forge_record.store import default_store_url, open_store
 
 FORGE = str(Path(sys.executable).with_name("forge-record"))
 ANTHROPIC, CHAT, RESPONSES, GEMINI = (SESSIONS[d][0] for d in SESSIONS)
-
-
-@pytest.fixture(autouse=True)
-def _lineage(monkeypatch):
-    use_lineage(monkeypatch)
 
 
 @pytest.fixture(scope="module")

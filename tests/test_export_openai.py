@@ -39,7 +39,6 @@ from test_export_sessions import (
     export_lines,
     first_calls,
     recorded_store,
-    use_lineage,
 )
 
 LINE_KEYS = {"messages", "tools", "parallel_tool_calls", "functions"}
@@ -84,7 +83,7 @@ def _message_problems(m: dict) -> list[str]:
         out.append("system content is not text")
     if role == "user" and not _is_text(content, ("text", "image_url")):
         out.append("user content is neither text nor text and images")
-    if role == "tool" and (not isinstance(content, str) or not isinstance(m.get("tool_call_id"), str)):
+    if role == "tool" and not (isinstance(content, str) and isinstance(m.get("tool_call_id"), str)):
         out.append("tool message needs string content and a tool_call_id")
     if role == "assistant":
         out += _assistant_problems(m)
@@ -154,11 +153,6 @@ def _tools_problems(line: dict) -> list[str]:
 
 
 # --- fixtures ------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _lineage(monkeypatch):
-    use_lineage(monkeypatch)
 
 
 @pytest.fixture(scope="module")

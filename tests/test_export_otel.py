@@ -18,17 +18,11 @@ from test_export_sessions import (
     export_lines,
     first_calls,
     recorded_store,
-    use_lineage,
 )
 
 from forge_record.store import open_store
 
 CLIENT, INTERNAL = 3, 1
-
-
-@pytest.fixture(autouse=True)
-def _lineage(monkeypatch):
-    use_lineage(monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import functools
 import io
-import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
-
-import orjson
 
 import anthropic
 import httpx2
 import openai
+import orjson
 from google import genai
 from google.genai import types as genai_types
 
 from forge_record.addons.proxy import InProcessProxy
-from forge_record.exporters import Filters, Options, export
 from forge_record.addons.recorder import Recorder
 from forge_record.capture import finalize
+from forge_record.exporters import Filters, Options, export
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock import anthropic as mock_anthropic
 from forge_record.records import COMPLETE, Reasoning, Session, Text, ToolCall, ToolResult
@@ -234,32 +231,6 @@ def first_calls(url: str, dialect: str) -> list[ToolCall]:
     finally:
         store.close()
     return [b for b in first.response.content if isinstance(b, ToolCall)]
-
-
-def use_lineage(monkeypatch) -> None:
-    """forge_record.lineage, or until it lands a stand-in: every model call in thread "main"
-    (each continuing the one before), every other call in thread "side"."""
-    try:
-        import forge_record.lineage  # noqa: F401
-    except ImportError:
-        monkeypatch.setitem(sys.modules, "forge_record.lineage",
-                            SimpleNamespace(analyze=_stand_in_analyze))
-
-
-def _stand_in_analyze(exchanges, harness=None):
-    calls, threads, last = {}, {}, None
-    for ex in exchanges:
-        main = ex.kind == "model"
-        thread = "main" if main else "side"
-        calls[ex.seq] = SimpleNamespace(seq=ex.seq, thread=thread, parent=last if main else None,
-                                        role=thread, side_kind=None if main else "other",
-                                        retry_of=None, segment=0, fingerprint="")
-        threads.setdefault(thread, SimpleNamespace(id=thread, role=thread, parent_thread=None,
-                                                   spawned_by=None, calls=[], segments=[],
-                                                   usage={})).calls.append(ex.seq)
-        last = ex.seq if main else last
-    return SimpleNamespace(calls=calls, threads=list(threads.values()), fingerprints={},
-                           usage={})
 
 
 # --- the recordings are what the tests assume ------------------------------------------------

@@ -14,7 +14,6 @@ from test_export_sessions import (
     export_lines,
     first_calls,
     recorded_store,
-    use_lineage,
 )
 
 from forge_record.exporters.base import Tally
@@ -23,11 +22,6 @@ from forge_record.exporters.units import Conversation, ThreadInfo
 from forge_record.records import Exchange, Message, Request, Response, Text
 
 FINAL = f"The command printed: {TOOL_OUTPUT}"
-
-
-@pytest.fixture(autouse=True)
-def _lineage(monkeypatch):
-    use_lineage(monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -217,3 +217,16 @@ def test_signed_anthropic_thinking_is_kept_and_redacted_thinking_too():
     assert line["messages"][-1]["content"][:2] == [
         {"type": "thinking", "thinking": "t", "signature": "sig"},
         {"type": "redacted_thinking", "data": "opaque"}]
+
+
+def test_a_retry_replaces_the_attempt_it_resends():
+    a = exchange(1, [user("go")], [Text(text="I wi")], status=INCOMPLETE)
+    b = exchange(2, [user("go")], [call("a")])
+    c = exchange(3, [user("go"), said(call("a")), results("a")], [Text(text="done")])
+    data = main_only(a, b, c)
+    [(thread, kept)] = list(threads(data, Options(), Tally()))
+    steps = trajectory(data, thread, kept)["steps"]
+    assert steps[1]["context"] == {"reset": False, "messages": [], "retry_of": 1}
+    assert [s["loss_mask"] for s in steps] == [0, 1, 1]
+    assert steps[1]["observation"][0]["tool_call_id"] == "a"
+    assert steps[2]["context"] == {"reset": False, "messages": []}

@@ -19,12 +19,12 @@ from forge_record.cli import cli
 from forge_record.errors import SessionNotFound
 
 
-def test_a_session_starts_unlabelled(store):
+def test_a_session_starts_unlabelled(store):  # noqa: F811
     store.add_session(make_session("s1"))
     assert store.get_label("s1") is None
 
 
-def test_labels_merge(store):
+def test_labels_merge(store):  # noqa: F811
     store.add_session(make_session("s1"))
     store.label_session("s1", reward=0.0, tags={"outcome": "fail", "grader": "tests"},
                         note="2 tests fail")
@@ -38,7 +38,7 @@ def test_labels_merge(store):
     assert label["created_at"] == first["created_at"] <= label["updated_at"]
 
 
-def test_labels_are_per_session(store):
+def test_labels_are_per_session(store):  # noqa: F811
     store.add_session(make_session("s1"))
     store.add_session(make_session("s2"))
     store.label_session("s1", reward=0.25)
@@ -46,12 +46,12 @@ def test_labels_are_per_session(store):
     assert store.get_label("s2") is None
 
 
-def test_labelling_an_unknown_session_fails(store):
+def test_labelling_an_unknown_session_fails(store):  # noqa: F811
     with pytest.raises(SessionNotFound):
         store.label_session("nope", reward=1.0)
 
 
-def test_a_label_goes_with_its_session(store):
+def test_a_label_goes_with_its_session(store):  # noqa: F811
     store.add_session(make_session("s1"))
     store.label_session("s1", reward=1.0)
     with store.transaction("delete session") as conn:
@@ -59,7 +59,7 @@ def test_a_label_goes_with_its_session(store):
         assert conn.scalar(sa.text("SELECT count(*) FROM labels")) == 0
 
 
-def test_label_command_prints_the_merged_label(store_url, store):
+def test_label_command_prints_the_merged_label(store_url, store):  # noqa: F811
     store.add_session(make_session("abc123"))
     runner = CliRunner()
     runner.invoke(cli, ["label", "--store", store_url, "abc", "--reward", "1", "--tag", "k=v"],

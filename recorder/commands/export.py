@@ -8,6 +8,7 @@ and why, dropped and why) always end on stderr, so stdout carries nothing but th
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -15,7 +16,8 @@ import click
 
 from forge_record.commands.common import key_value, open_store, store_option
 from forge_record.errors import UsageError
-from forge_record.exporters import DIRECTORY_FORMATS, FORMATS, Filters, Options, export as run_export
+from forge_record.exporters import DIRECTORY_FORMATS, FORMATS, Filters, Options
+from forge_record.exporters import export as run_export
 from forge_record.exporters.base import THREADS
 from forge_record.exporters.select import parse_when
 
@@ -64,6 +66,9 @@ def export(store, fmt, output, sessions, harness, model, since, until, user, tag
     try:
         with _destination(fmt, output) as out:
             tally = run_export(st, fmt, out, filters, options, progress=_progress_bar())
+    except BrokenPipeError:  # `| head` read what it wanted: stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     finally:
         st.close()
     click.echo(f"forge-record: {tally.summary(fmt)}", err=True)

@@ -41,12 +41,13 @@ def export(
     store: Any,
     fmt: str,
     out: Any,
-    filters: Filters = Filters(),
-    options: Options = Options(),
+    filters: Filters | None = None,
+    options: Options | None = None,
     progress: Callable[[list[str]], Iterable[str]] | None = None,
 ) -> Tally:
     """Write the sessions `filters` selects to `out` (a binary stream, or a directory for
     the directory formats) as `fmt`; return what was exported and skipped."""
+    filters, options = filters or Filters(), options or Options()
     tally = Tally()
     exporter = exporter_class(fmt)(out, options, tally)
     ids = session_ids(store, filters, tally)

@@ -13,7 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from forge_record.exporters.base import Tally
-from forge_record.records import Block, Media, Other, Text, Tool, ToolCall, ToolResult, block_to_dict
+from forge_record.records import (
+    Block,
+    Media,
+    Other,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+    block_to_dict,
+)
 
 FREEFORM_SCHEMA = {"type": "object", "properties": {"input": {"type": "string"}},
                    "required": ["input"]}

@@ -30,7 +30,8 @@ def _pyarrow():
         import pyarrow
         import pyarrow.parquet
     except ImportError as e:
-        raise UsageError("--format parquet needs pyarrow: pip install 'forge-record[parquet]'") from e
+        raise UsageError(
+            "--format parquet needs pyarrow: pip install 'forge-record[parquet]'") from e
     return pyarrow
 
 

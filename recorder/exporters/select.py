@@ -48,7 +48,8 @@ def parse_when(text: str, now: float | None = None) -> float:
     try:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise UsageError(f"cannot read {text!r} as a time (try 2026-08-01, an epoch, or 7d)")
+        raise UsageError(
+            f"cannot read {text!r} as a time (try 2026-08-01, an epoch, or 7d)") from None
 
 
 def session_ids(store: Any, filters: Filters, tally: Tally) -> list[str]:

@@ -102,7 +102,7 @@ def _model_turn(run: list[Message], kinds, keep: bool, tally: Tally) -> dict[str
     calls = [b for b in blocks if isinstance(b, ToolCall) and not b.server]
     texts = [b.text for b in blocks if isinstance(b, Text) and b.text.strip()]
     for block in blocks:
-        if not isinstance(block, (Text, ToolCall)) or (isinstance(block, ToolCall) and block.server):
+        if not isinstance(block, Text | ToolCall) or (isinstance(block, ToolCall) and block.server):
             loss.drop(block)
     if calls:
         if texts:

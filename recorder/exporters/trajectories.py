@@ -9,6 +9,9 @@ the context) and a step whose history no longer extends the previous one carry t
 context (`"reset": true`, with system and tools); any other step carries only the messages
 that came after the previous action, without the tool results already given as that action's
 observation. So the full conversation reads back as: context, action, observation, context...
+A step that resends the previous step's request (a retry after an error or a cut-off stream)
+has an empty context with `"retry_of": <that step's seq>`: it replaces that step, whose
+action is then not part of the history.
 The line ends with the thread's `reward` (the session label's, null unless labelled).
 """
 
@@ -98,6 +101,8 @@ def _context(request: Request | None, previous: Exchange | None, before: dict | 
     if request is None:
         return {"reset": False, "messages": []}, []
     shown = previous.request.messages if previous and previous.request else None
+    if shown is not None and before["segment"] == segment and request.messages == shown:
+        return {"reset": False, "messages": [], "retry_of": before["seq"]}, []
     extends = (
         shown is not None and before is not None and before["segment"] == segment
         and len(request.messages) > len(shown) and request.messages[: len(shown)] == shown
