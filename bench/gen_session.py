@@ -128,7 +128,7 @@ class Repo:
     def _module(self) -> list[str]:
         w = self.words
         lines = [f'"""{w.sentence()}"""', "", "import os", "import re", ""]
-        for _ in range(w.rng.randint(4, 12)):
+        for _ in range(w.rng.randint(5, 13)):
             args = ", ".join(w.ident() for _ in range(w.rng.randint(0, 3)))
             lines += [f"def {w.ident()}({args}):", f'    """{w.sentence()}"""']
             for _ in range(w.rng.randint(3, 14)):
@@ -216,9 +216,11 @@ class Session:
                                        "description": "Run the tests"}), self._pytest())
         if kind == "grep":
             pattern = self.words.ident()
-            hits = [f"src/{self.words.ident()}.py:{rng.randint(1, 300)}:    {pattern} = "
-                    f"{self.words.ident()}({self.words.ident()})" for _ in range(rng.randint(3, 25))]
-            return _use(tid, "Grep", {"pattern": pattern, "output_mode": "content"}), "\n".join(hits)
+            w = self.words
+            hits = [f"src/{w.ident()}.py:{rng.randint(1, 300)}:    {pattern} = "
+                    f"{w.ident()}({w.ident()})" for _ in range(rng.randint(3, 25))]
+            use = _use(tid, "Grep", {"pattern": pattern, "output_mode": "content"})
+            return use, "\n".join(hits)
         if kind == "git":
             changed = rng.sample(list(repo.files), 3)
             return (_use(tid, "Bash", {"command": "git status --short && git diff --stat",
@@ -253,7 +255,8 @@ class Session:
 
     def first_user(self, task: str) -> dict:
         reminder = ("<system-reminder>\nAs you answer the user's questions, you can use the "
-                    f"following context:\n# claudeMd\n{self.words.prose(1500)}\n</system-reminder>\n")
+                    f"following context:\n# claudeMd\n{self.words.prose(1500)}\n"
+                    "</system-reminder>\n")
         return {"role": "user", "content": [{"type": "text", "text": reminder},
                                             {"type": "text", "text": task}]}
 
@@ -352,7 +355,8 @@ def _block_events(i: int, block: dict, rng: random.Random) -> bytes:
 
     if kind == "text":
         first = {"type": "text", "text": ""}
-        deltas = [delta({"type": "text_delta", "text": t}) for t in _cuts(rng, block["text"], 2, 14)]
+        deltas = [delta({"type": "text_delta", "text": t})
+                  for t in _cuts(rng, block["text"], 2, 14)]
     elif kind == "thinking":
         first = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [delta({"type": "thinking_delta", "thinking": t})
@@ -374,4 +378,5 @@ if __name__ == "__main__":
     req = sum(len(c.request) for c in made)
     resp = sum(len(c.response) for c in made)
     print(f"{len(made)} calls; requests {req / 1e6:.1f} MB, responses {resp / 1e6:.2f} MB; "
-          f"first request {len(made[0].request) / 1e3:.0f} KB, last {len(made[-1].request) / 1e3:.0f} KB")
+          f"first request {len(made[0].request) / 1e3:.0f} KB, "
+          f"last {len(made[-1].request) / 1e3:.0f} KB")

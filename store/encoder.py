@@ -48,6 +48,7 @@ class Encoded:
     raw_request: bytes
     raw_response: bytes
     blobs: dict[str, bytes]  # the blobs it names that its parent does not
+    shared: set[str]  # those of them other sessions may have stored too (see write.py)
 
 
 @dataclass
@@ -84,7 +85,8 @@ class SessionEncoder:
         refs, names, parts = None, [], {}
         if ex.request is not None:
             parts = self._parts(ex.request, parent, blobs)
-            append = [self._keep(content.message_blob(m), blobs) for m in ex.request.messages[keep:]]
+            append = [self._keep(content.message_blob(m), blobs)
+                      for m in ex.request.messages[keep:]]
             names = (parent.names[:keep] if parent else []) + append
             refs = content.request_refs(ex.request, parts, parent and parent.seq, keep, append)
         answer = self._keep(content.answer_blob(ex.response), blobs) if ex.response else None
@@ -100,8 +102,10 @@ class SessionEncoder:
             ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
             raw_parent.raw_depth + 1 if raw_parent else 0))
         self.pieces += 1
+        # Only messages appended to this session's own history are certainly new.
+        shared = set(blobs) - set(refs["append"] if refs and parent else ()) - {answer}
         return Encoded(ex.seq, self.segment, self.pieces - 1, piece, raw_request, raw_response,
-                       blobs)
+                       blobs, shared)
 
     def pack(self, datas: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
         """The next piece of this segment's pack stream, holding `datas` one after another;

@@ -74,7 +74,8 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
 
 def _old_sessions(store: Store, cutoff: float, report: Report, now: float) -> list[str]:
     with store.reading("find old sessions") as conn:
-        rows = conn.execute(sa.select(sessions).where(sessions.c.started_at < cutoff)).mappings().all()
+        query = sa.select(sessions).where(sessions.c.started_at < cutoff)
+        rows = conn.execute(query).mappings().all()
         doomed = []
         for row in rows:
             if status(row, now) == "recording":
@@ -142,5 +143,5 @@ def _replace_group(store: Store, group: int, names: list[str]) -> None:
             move = blobs.update().where(blobs.c.hash == sa.bindparam("name")).values(
                 pack_id=pack_id, start=sa.bindparam("at"), length=sa.bindparam("size"))
             conn.execute(move, [{"name": n, "at": at, "size": size}
-                                for n, (at, size) in zip(names, spans(datas))])
+                                for n, (at, size) in zip(names, spans(datas), strict=True)])
         conn.execute(packs.delete().where(packs.c.group_id == group))

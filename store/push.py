@@ -77,7 +77,8 @@ def _copy_session_row(source: Store, target: Store, session_id: str) -> None:
         row = dict(conn.execute(sa.select(sessions).where(sessions.c.id == session_id))
                    .mappings().one())
     with target.transaction(f"push session {session_id}") as conn:
-        conn.execute(dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"]), row)
+        insert = dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"])
+        conn.execute(insert, row)
         known = {k: v for k, v in row.items() if k in _UPDATABLE and v is not None}
         if row["ended_at"] is not None:
             conn.execute(sessions.update().where(sessions.c.id == session_id,
@@ -91,8 +92,7 @@ def _batches(source: Store, session_id: str, wanted: set[int]):
                           exchanges.c.piece).where(exchanges.c.session_id == session_id)
         rows = sorted((r for r in conn.execute(query) if r.seq in wanted),
                       key=lambda r: (r.layout != LAYOUT_RECORD, r.segment or 0, r.piece or 0))
-    for part in chunks(rows, BATCH):
-        yield part
+    yield from chunks(rows, BATCH)
 
 
 def _copy_batch(source: Store, target: Store, session_id: str, batch: list) -> int:

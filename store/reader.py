@@ -56,7 +56,8 @@ class BlobReader:
             for r in rows:
                 data = self._packs[r.pack_id][r.start : r.start + r.length]
                 if content.name(data) != r.hash:
-                    raise StoreError(f"blob {r.hash} does not match its bytes: the store is damaged")
+                    raise StoreError(f"blob {r.hash} does not match its bytes: "
+                                     "the store is damaged")
                 self._plain[r.hash] = data
         missing = [n for n in wanted if n not in self._plain]
         if missing:
@@ -74,7 +75,7 @@ class BlobReader:
                 sa.select(packs.c.id, packs.c.data)
                 .where(packs.c.group_id == group, packs.c.id <= last).order_by(packs.c.id)).all()
             plains = codec.decode_pieces(r.data for r in rows)
-            self._packs.update((r.id, p) for r, p in zip(rows, plains))
+            self._packs.update((r.id, p) for r, p in zip(rows, plains, strict=True))
 
 
 def segment_manifests(
@@ -89,7 +90,7 @@ def segment_manifests(
     if [r.piece for r in rows] != list(range(len(rows))):
         raise StoreError(f"session {session_id} segment {segment} has missing pieces")
     plains = codec.decode_pieces(r.record for r in rows)
-    return {r.seq: orjson.loads(p) for r, p in zip(rows, plains)}
+    return {r.seq: orjson.loads(p) for r, p in zip(rows, plains, strict=True)}
 
 
 def legacy(record: bytes, raw_request: bytes = b"", raw_response: bytes = b"") -> Exchange:
@@ -108,13 +109,39 @@ class SessionReader:
         self._lists: dict[int, dict[int, list[str]]] = {}  # segment -> seq -> message names
         self._segment_of: dict[int, int] = {}
         self._raw: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()
+        self._frames_of: dict[int, tuple[bytes, bytes]] = {}  # prefetched raw frames
 
-    def add_segment(self, segment: int, upto: int | None = None) -> None:
+    def add_segment(self, segment: int, upto: int | None = None, preload: bool = True) -> None:
+        """Decode a segment's manifests (up to piece `upto`); with `preload`, fetch every blob
+        they name in one go (what reading a whole session needs)."""
         found = segment_manifests(self.conn, self.session_id, segment, upto)
         self.manifests.update(found)
         self._segment_of.update(dict.fromkeys(found, segment))
         self._lists.setdefault(segment, {})
-        self.blobs.load(n for m in found.values() for n in content.referenced(m))
+        if preload:
+            self.blobs.load(n for m in found.values() for n in content.referenced(m))
+
+    def prefetch(self, seq: int, raw: bool) -> None:
+        """Fetch, in one query each, the blobs and raw frames one exchange needs."""
+        chain = self._raw_chain(seq) if raw else [seq]
+        names: set[str] = set()
+        for s in chain:
+            found = self.manifests[s]
+            names.update(content.referenced(found))
+            if found["request"] is not None and (s == seq or found["raw_parent"] is None):
+                names.update(self.names(s))  # the record, or a keyframe's hint
+        self.blobs.load(names)
+        if raw:
+            query = sa.select(exchanges.c.seq, exchanges.c.raw_request, exchanges.c.raw_response)
+            for row in self.conn.execute(query.where(exchanges.c.session_id == self.session_id,
+                                                     exchanges.c.seq.in_(chain))):
+                self._frames_of[row.seq] = (row.raw_request, row.raw_response)
+
+    def _raw_chain(self, seq: int) -> list[int]:
+        chain = [seq]
+        while (parent := self.manifests[chain[-1]]["raw_parent"]) is not None:
+            chain.append(parent)
+        return chain
 
     def exchange(self, seq: int, raw: bool, frames: tuple[bytes, bytes] | None = None) -> Exchange:
         found = self.manifests[seq]
@@ -134,7 +161,8 @@ class SessionReader:
         found = self.manifests[seq]
         parent = found["raw_parent"]
         parent_bodies = self.raw(parent) if parent is not None else None
-        request_frame, response_frame = frames or self._frames(seq)
+        frames = frames or self._frames_of.pop(seq, None) or self._frames(seq)
+        request_frame, response_frame = frames
         bodies = (
             delta.decode(request_frame, parent_bodies and parent_bodies[0],
                          self._request_hint(seq, keyframe=parent is None)),
@@ -157,8 +185,8 @@ class SessionReader:
         if refs is None:
             return b""
         if keyframe:
-            return request_hint([self.blobs.get(refs[p]) for p in ("system", "tools", "parameters")],
-                                [self.blobs.get(n) for n in self.names(seq)])
+            parts = [self.blobs.get(refs[p]) for p in ("system", "tools", "parameters")]
+            return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)])
         return request_hint([], [self.blobs.get(n) for n in refs["append"]])
 
     def _answer(self, found: dict[str, Any]) -> bytes:
@@ -197,5 +225,6 @@ def read_one(conn: sa.Connection, session_id: str, seq: int, raw: bool) -> Excha
     if row.layout == LAYOUT_RECORD:
         return legacy(row.record, row.raw_request, row.raw_response) if raw else legacy(row.record)
     reader = SessionReader(conn, session_id)
-    reader.add_segment(row.segment, upto=row.piece)
+    reader.add_segment(row.segment, upto=row.piece, preload=False)
+    reader.prefetch(seq, raw)
     return reader.exchange(seq, raw, (row.raw_request, row.raw_response))

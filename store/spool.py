@@ -32,7 +32,12 @@ from typing import BinaryIO
 
 import orjson
 
-from forge_record.records import exchange_from_dict, exchange_to_dict, session_from_dict, session_to_dict
+from forge_record.records import (
+    exchange_from_dict,
+    exchange_to_dict,
+    session_from_dict,
+    session_to_dict,
+)
 from forge_record.store import codec
 from forge_record.store.write import AddExchange, AddSession, EndSession, Item, cleaned
 

@@ -112,7 +112,8 @@ def _opening(engine: sa.Engine) -> Iterator[None]:
         raise
     except SQLAlchemyError as e:
         engine.dispose()
-        error = StoreUnavailable if engine.dialect.name != "sqlite" and unavailable(e) else StoreError
+        shared = engine.dialect.name != "sqlite"
+        error = StoreUnavailable if shared and unavailable(e) else StoreError
         raise error(f"cannot open store {show_url(engine.url)}: {_reason(e)}") from e
 
 

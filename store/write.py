@@ -24,6 +24,7 @@ exchange with the same key): spool replay and push use it, so repeating them is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -33,15 +34,24 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from forge_record.errors import SessionNotFound
-from forge_record.records import RECORD_VERSION, Exchange, Response, Session, ToolCall, session_to_dict
+from forge_record.records import (
+    RECORD_VERSION,
+    Exchange,
+    Response,
+    Session,
+    ToolCall,
+    session_to_dict,
+)
 from forge_record.redact import SECRET_HEADERS, redact_url
 from forge_record.store.encoder import Encoded, SessionEncoder
 from forge_record.store.reader import chunks
 from forge_record.store.schema import LAYOUT_CONTENT, blobs, exchanges, packs, sessions
 
 FRESH_FOR = 600.0
+BEAT_EVERY = 30.0  # well under summary.STALE_AFTER
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _ENCODERS = 8  # sessions whose encoder is kept between batches
+_INSERT_EXCHANGE = exchanges.insert()
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class Writes:
     def __init__(self) -> None:
         self._encoders: OrderedDict[str, SessionEncoder] = OrderedDict()
         self._fresh: dict[str, float] = {}
+        self._beats: dict[str, float] = {}  # session -> last heartbeat written with a batch
 
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
@@ -107,6 +118,7 @@ class Writes:
     def forget(self, session_ids: set[str]) -> None:
         for sid in session_ids:
             self._encoders.pop(sid, None)
+            self._beats.pop(sid, None)
 
     def _add_exchanges(self, conn, adds: list[AddExchange], if_absent: bool, now: float) -> set:
         if if_absent:
@@ -118,9 +130,14 @@ class Writes:
             encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
         touched = self._store_blobs(conn, encoded, now)
         if encoded:
-            conn.execute(exchanges.insert(), [_row(sid, ex, enc) for sid, ex, enc, _ in encoded])
-            ids = sorted({sid for sid, _, _, _ in encoded})
-            conn.execute(sessions.update().where(sessions.c.id.in_(ids)).values(heartbeat_at=now))
+            conn.execute(_INSERT_EXCHANGE, [_row(sid, ex, enc) for sid, ex, enc, _ in encoded])
+            # A batch says its recorder is alive; every BEAT_EVERY seconds is often enough.
+            ids = sorted({sid for sid, _, _, _ in encoded
+                          if now - self._beats.get(sid, 0.0) >= BEAT_EVERY})
+            if ids:
+                conn.execute(sessions.update().where(sessions.c.id.in_(ids))
+                             .values(heartbeat_at=now))
+                self._beats.update(dict.fromkeys(ids, now))
         return touched
 
     def _encoder(self, conn: sa.Connection, session_id: str) -> SessionEncoder:
@@ -138,11 +155,16 @@ class Writes:
 
     def _store_blobs(self, conn, encoded: list, now: float) -> set:
         owner: dict[str, tuple[SessionEncoder, bytes]] = {}  # name -> (encoder bringing it, bytes)
+        shared: set[str] = set()
         for _, _, enc, encoder in encoded:
+            shared |= enc.shared
             for blob, data in enc.blobs.items():
                 owner.setdefault(blob, (encoder, data))
         stale = sorted(b for b in owner if now - self._fresh.get(b, 0.0) >= FRESH_FOR)
-        present = touch(conn, stale, now)
+        # Blobs other sessions may have stored (a system prompt, a first message) are looked
+        # up first so their bytes are not stored twice; a message appended to this session's
+        # own history is new, so it goes straight into the pack (one statement fewer).
+        present = touch(conn, [b for b in stale if b in shared], now)
         missing: dict[int, list[str]] = {}  # by encoder
         for blob in stale:
             if blob not in present:
@@ -155,29 +177,40 @@ class Writes:
         return set(stale)
 
 
+_TOUCH = (blobs.update().where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
+          .values(touched_at=sa.bindparam("now")).returning(blobs.c.hash))
+_NEW_PACK = packs.insert().returning(packs.c.id)
+
+
 def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
     """Mark these blobs as used now; returns the ones that exist. Names in sorted order, so
     that concurrent writers lock rows in the same order."""
     present: set[str] = set()
     for part in chunks(sorted(names)):
-        present.update(conn.scalars(blobs.update().where(blobs.c.hash.in_(part))
-                                    .values(touched_at=now).returning(blobs.c.hash)))
+        present.update(conn.scalars(_TOUCH, {"names": part, "now": now}))
     return present
 
 
 def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: float) -> int:
-    return conn.scalar(packs.insert().values(
-        group_id=group, size=size, data=piece, created_at=now).returning(packs.c.id))
+    return conn.scalar(_NEW_PACK, {"group_id": group, "size": size, "data": piece,
+                                   "created_at": now})
 
 
 def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
                 datas: list[bytes], places: list[tuple[int, int]], now: float) -> None:
-    """One pack row and the blob rows that live in it (a blob another writer inserted
-    meanwhile keeps that writer's row)."""
+    """One pack row and the blob rows that live in it. A blob that exists already (another
+    writer stored it meanwhile) keeps its row and is only touched: our copy is dead weight."""
     pack_id = new_pack(conn, group, piece, sum(len(d) for d in datas), now)
     rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": now}
-            for n, (s, ln) in zip(names, places)]
-    conn.execute(dialect_insert(conn, blobs).on_conflict_do_nothing(index_elements=["hash"]), rows)
+            for n, (s, ln) in zip(names, places, strict=True)]
+    conn.execute(_upsert_blobs(conn.dialect.name), rows)
+
+
+@functools.cache
+def _upsert_blobs(dialect: str) -> Any:
+    insert = (postgresql if dialect == "postgresql" else sqlite).insert(blobs)
+    return insert.on_conflict_do_update(
+        index_elements=["hash"], set_={"touched_at": insert.excluded.touched_at})
 
 
 def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
@@ -191,7 +224,8 @@ def _add_session(conn: sa.Connection, item: AddSession, if_absent: bool) -> None
     row.update(record_version=RECORD_VERSION, recorder_pid=item.recorder_pid,
                heartbeat_at=item.heartbeat_at)
     if if_absent:
-        conn.execute(dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"]), row)
+        insert = dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"])
+        conn.execute(insert, row)
     else:
         conn.execute(sessions.insert(), row)
 

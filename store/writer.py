@@ -278,19 +278,11 @@ class Writer:
         for path in spooling.orphans(self._spool.directory, self._spool.fingerprint):
             if path == self._spool.path:
                 continue
-            seen: set[str] = set()
-            ended: set[str] = set()
-
-            def write(items: list[Item]) -> None:
-                for item in items:
-                    sid = item.session.id if isinstance(item, AddSession) else item.session_id
-                    (ended if isinstance(item, EndSession) else seen).add(sid)
-                self._replay_write(items)
-
+            replay = _OrphanReplay(self._replay_write)
             try:
-                done = spooling.replay_file(path, write)
+                done = spooling.replay_file(path, replay)
                 if done:
-                    self.store.abandon(seen - ended)
+                    self.store.abandon(replay.unfinished)
             except StoreError:
                 log.exception("forge-record: could not replay %s; kept for later", path)
                 continue
@@ -307,3 +299,22 @@ class Writer:
                 self.store.heartbeat(sorted(self._live))
             except StoreError as e:
                 log.info("forge-record: heartbeat not written: %s", e)
+
+
+class _OrphanReplay:
+    """Writes a dead writer's items, noting which of its sessions never ended."""
+
+    def __init__(self, write: Callable[[list[Item]], None]) -> None:
+        self._write = write
+        self._seen: set[str] = set()
+        self._ended: set[str] = set()
+
+    @property
+    def unfinished(self) -> set[str]:
+        return self._seen - self._ended
+
+    def __call__(self, items: list[Item]) -> None:
+        for item in items:
+            sid = item.session.id if isinstance(item, AddSession) else item.session_id
+            (self._ended if isinstance(item, EndSession) else self._seen).add(sid)
+        self._write(items)

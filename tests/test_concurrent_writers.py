@@ -3,6 +3,8 @@ exchange is stored, none waits in a spool, no write fails (no lock errors), and 
 session reads back exactly. They record the same conversation, so they also race to store
 the very same blobs."""
 
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+
 from __future__ import annotations
 
 import multiprocessing

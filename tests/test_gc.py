@@ -1,6 +1,8 @@
 """`forge-record gc`: old sessions go, blobs nothing names go, packs are dropped or repacked,
 and everything that stays still reads back exactly. On SQLite and Postgres."""
 
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,8 @@ happens to data across revisions (0001 rows survive 0002; downgrading 0002 keeps
 exchange). Each test runs on SQLite and on a fresh Postgres database.
 """
 
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+
 from __future__ import annotations
 
 import dataclasses
@@ -174,7 +176,7 @@ def test_downgrading_0002_rewrites_every_exchange_as_0001_wrote_it(engine, url):
         rows = conn.execute(sa.text(
             "SELECT seq, record, raw_request, raw_response FROM exchanges ORDER BY seq")).all()
     assert [r.seq for r in rows] == [e.seq for e in sent]
-    for row, ex in zip(rows, sent):  # what 0001's code reads
+    for row, ex in zip(rows, sent, strict=True):  # what 0001's code reads
         assert codec.unpack(row.record) == codec.orjson.loads(
             codec.orjson.dumps(exchange_to_dict(ex)))
         assert codec.decompress(row.raw_request) == ex.raw_request
@@ -247,7 +249,8 @@ def test_db_current_and_upgrade_commands(engine, url, tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"upgraded from revision 0001 to {migrate.head()}" in done.stdout
     assert migrate.current(engine) == migrate.head()
-    assert f"revision {migrate.head()}, up to date" in forge_db(url, "current", home=tmp_path).stdout
+    now = forge_db(url, "current", home=tmp_path).stdout
+    assert f"revision {migrate.head()}, up to date" in now
     assert "already at revision" in forge_db(url, "upgrade", home=tmp_path).stdout
 
 

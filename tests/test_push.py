@@ -1,6 +1,8 @@
 """`forge-record push`: a local SQLite store copied into a team store (SQLite file and real
 Postgres): exact, idempotent, resumable, incremental, with a progress bar on a terminal."""
 
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,8 @@ and stops on a fixed local port, so the store URL first answers, then refuses, t
 again. Nothing is mocked.
 """
 
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +36,8 @@ from test_store import (  # noqa: F401 - fixtures
 from forge_record.store import Writer, open_store
 from forge_record.store import spool as spooling
 from forge_record.store.engine import make_engine
-from forge_record.store.store import fingerprint
 from forge_record.store.spool import Spool
+from forge_record.store.store import fingerprint
 from forge_record.store.write import AddExchange, AddSession, EndSession
 
 

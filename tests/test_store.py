@@ -328,7 +328,7 @@ def test_every_exchange_of_a_realistic_session_rebuilds_byte_for_byte(store):
         store.add_exchange("real", ex)
     back = list(store.iter_exchanges("real", raw=True))
     assert [e.seq for e in back] == [e.seq for e in sent]
-    for a, b in zip(sent, back):
+    for a, b in zip(sent, back, strict=True):
         assert b.raw_request == a.raw_request and b.raw_response == a.raw_response, a.seq
         assert b == a, a.seq
     assert list(store.iter_exchanges("real")) == [without_raw(e) for e in sent]

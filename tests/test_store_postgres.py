@@ -3,6 +3,8 @@ scheme, and secrets checked in every column. (Every other store test runs on Pos
 through the `store` fixture of test_store.py.)
 """
 
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+
 from __future__ import annotations
 
 import psycopg

@@ -1,6 +1,8 @@
 """forge_record.store.Writer against real stores (SQLite and Postgres): order, batching,
 draining, failures, drops, prepare, heartbeat, and what a SIGKILL loses."""
 
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+
 from __future__ import annotations
 
 import logging

@@ -1,0 +1,267 @@
+"""Storage benchmark: how small a realistic agent session gets in the store, what recording
+costs per exchange, and how fast any exchange reads back.
+
+    .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
+
+The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
+~20 KB of tools, file contents and command output in tool results, a moving cache_control
+marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Printed:
+
+1. options on the same bytes, no database: zstd-3 per body (what layout 1 stored), the whole
+   session as one zstd-3 stream (an upper bound with no random access), and raw request
+   bodies compressed against their parent's body alone, against the parent and the
+   normalized blobs (what the store does), and with keyframes every 16 / 32 / 64;
+2. the store: every exchange written with Store.add_exchange exactly as the writer thread
+   does, after capture.finalize parses the request (timed apart, ms per exchange); payload
+   bytes by part; the ratio vs raw for records alone and with raw bodies reproducible; the
+   SQLite file per session once `--sessions` sessions (different seeds) share the store;
+3. reading: every exchange checked equal to what was written (raw bodies byte for byte), a
+   whole-session read, and random access to single exchanges.
+Speed figures are what this machine measured; nothing here asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zstandard
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gen_session  # noqa: E402
+
+from forge_record.capture import finalize  # noqa: E402
+from forge_record.decoders import anthropic_messages  # noqa: E402
+from forge_record.records import Exchange, Session  # noqa: E402
+from forge_record.store import Writer, content, delta, open_store  # noqa: E402
+from forge_record.store.encoder import request_hint  # noqa: E402
+
+MB = 1e6
+
+
+def exchanges(calls: int, seed: int) -> tuple[list[Exchange], list[str]]:
+    """Captured exchanges (request not parsed yet, as the addon hands them over), and each
+    call's chain name."""
+    dialect = anthropic_messages.DIALECT
+    out, chains = [], []
+    for seq, call in enumerate(gen_session.calls(calls, seed), 1):
+        decoder = dialect.response_decoder("text/event-stream")
+        decoder.feed(call.response)
+        out.append(Exchange(
+            seq=seq, dialect=dialect.name, url="https://api.anthropic.com" + call.path,
+            http_status=200, started_at=1.76e9 + 7 * seq, first_byte_at=1.76e9 + 7 * seq + 1,
+            ended_at=1.76e9 + 7 * seq + 5, response=decoder.finish(),
+            request_headers={"user-agent": "claude-cli/2.1.197 (external, cli)",
+                             "anthropic-version": "2023-06-01", "content-type": "application/json",
+                             "anthropic-beta": "claude-code-20250219"},
+            response_headers={"request-id": f"req_011{seed:04d}{seq:06d}",
+                              "content-type": "text/event-stream; charset=utf-8"},
+            raw_request=call.request, raw_response=call.response))
+        chains.append(call.chain)
+    return out, chains
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def times(label: str, ms: list[float]) -> str:
+    return (f"  {label:<34} mean {statistics.mean(ms):6.2f}  p50 {pct(ms, .5):6.2f}  "
+            f"p95 {pct(ms, .95):6.2f}  max {max(ms):6.2f} ms")
+
+
+# --- 1. options on the same bytes ---------------------------------------------------------
+
+
+def options(sent: list[Exchange], chains: list[str], raw: int) -> None:
+    z = zstandard.ZstdCompressor(level=3)
+    per_body = sum(len(z.compress(b)) for e in sent for b in (e.raw_request, e.raw_response) if b)
+    stream = len(z.compress(b"".join(e.raw_request + e.raw_response for e in sent)))
+    print("1. options on the same bytes (no database)")
+    print(f"  zstd-3 per body (layout 1)          {per_body / MB:8.2f} MB  {raw / per_body:6.0f}x")
+    print(f"  one zstd-3 stream, no random access {stream / MB:8.2f} MB  {raw / stream:6.0f}x")
+    requests = [finalize(_copy(e)).request for e in sent]
+    for every, hinted in ((32, False), (16, True), (32, True), (64, True)):
+        size = _raw_deltas(sent, chains, requests, every, hinted)
+        what = "parent + normalized blobs" if hinted else "parent's body only"
+        print(f"  raw requests vs {what:<26} keyframe every {every:>2}: {size / 1e3:7.1f} KB")
+
+
+def _copy(ex: Exchange) -> Exchange:
+    import dataclasses
+
+    return dataclasses.replace(ex, flags=list(ex.flags))
+
+
+def _raw_deltas(sent, chains, requests, every: int, hinted: bool) -> int:
+    """Raw request bytes when each body is a delta against the previous body of its chain."""
+    last: dict[str, tuple[int, int]] = {}  # chain -> (index, depth)
+    total = 0
+    for i, (ex, chain, req) in enumerate(zip(sent, chains, requests, strict=True)):
+        parent = last.get(chain)
+        keyframe = parent is None or parent[1] + 1 >= every
+        blobs = [content.message_blob(m) for m in req.messages]
+        if keyframe:
+            hint = request_hint([content.system_blob(req), content.tools_blob(req.tools),
+                                 content.parameters_blob(req.parameters)], blobs) if hinted else b""
+            frame = delta.encode(ex.raw_request, None, hint)
+            last[chain] = (i, 0)
+        else:
+            kept = len(requests[parent[0]].messages)
+            hint = request_hint([], blobs[kept:]) if hinted else b""
+            frame = delta.encode(ex.raw_request, sent[parent[0]].raw_request, hint)
+            last[chain] = (i, parent[1] + 1)
+        total += len(frame)
+    return total
+
+
+# --- 2. the store ------------------------------------------------------------------------
+
+
+def record(store, session_id: str, sent: list[Exchange]) -> dict[str, list[float]]:
+    """Write the session as the writer thread does. Per exchange, in ms: wall and CPU time
+    (this thread's, which other processes on a busy machine do not inflate) of parsing the
+    request, and of encoding, compressing and committing it."""
+    store.add_session(Session(id=session_id, harness="claude-code", started_at=1.76e9))
+    out: dict[str, list[float]] = {k: [] for k in ("parse", "write", "parse cpu", "write cpu")}
+    for ex in sent:
+        ex = _copy(ex)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        ex = finalize(ex)
+        t1, c1 = time.perf_counter(), time.thread_time()
+        store.add_exchange(session_id, ex)
+        t2, c2 = time.perf_counter(), time.thread_time()
+        for key, value in (("parse", t1 - t0), ("write", t2 - t1), ("parse cpu", c1 - c0),
+                           ("write cpu", c2 - c1)):
+            out[key].append(value * 1e3)
+    store.end_session(session_id, 1.76e9 + 3600, 0)
+    return out
+
+
+def payload(store, session_id: str) -> dict[str, int]:
+    """Stored bytes by part, for a store holding only this session's content."""
+    import sqlalchemy as sa
+
+    with store.reading("measure") as conn:
+        one = conn.execute(sa.text(
+            "SELECT sum(length(record)), sum(length(raw_request)), sum(length(raw_response)) "
+            "FROM exchanges WHERE session_id = :s"), {"s": session_id}).one()
+        packs = conn.scalar(sa.text("SELECT sum(length(data)) FROM packs"))
+        keys = conn.scalar(sa.text("SELECT sum(length(hash)) + 24 * count(*) FROM blobs"))
+        summary = conn.scalar(sa.text(
+            "SELECT sum(length(dialect) + length(kind) + length(coalesce(model, '')) + "
+            "length(method) + length(url) + length(status) + length(flags) + 64) FROM exchanges"))
+    return {"manifests": one[0], "packs": packs, "blob keys and locations": keys,
+            "summary columns": summary, "raw requests": one[1], "raw responses": one[2]}
+
+
+def submit_cost(url: str, sent: list[Exchange], spool: Path) -> list[float]:
+    """What the proxy's event loop pays per exchange: Writer.submit_exchange."""
+    writer = Writer(open_store(url), prepare=finalize, spool_dir=spool)
+    writer.submit_session(Session(id="submit-cost"))
+    out = []
+    for ex in sent:
+        ex = _copy(ex)
+        t0 = time.perf_counter()
+        writer.submit_exchange("submit-cost", ex)
+        out.append((time.perf_counter() - t0) * 1e6)
+    writer.close()
+    return out
+
+
+# --- 3. reading --------------------------------------------------------------------------
+
+
+def reading(store, session_id: str, sent: list[Exchange]) -> None:
+    t0 = time.perf_counter()
+    back = list(store.iter_exchanges(session_id, raw=True))
+    whole_raw = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    list(store.iter_exchanges(session_id))
+    whole = time.perf_counter() - t0
+    wanted = [finalize(_copy(e)) for e in sent]
+    exact = sum(a == b for a, b in zip(back, wanted, strict=True))
+    print(f"  round trip: {exact}/{len(sent)} exchanges equal, raw bodies byte for byte")
+    assert exact == len(sent), "a record did not read back equal"
+    print(f"  whole session: {whole * 1e3:.0f} ms records only, {whole_raw * 1e3:.0f} ms "
+          "with raw bodies")
+    rng = random.Random(1)
+    picks = rng.sample(range(1, len(sent) + 1), min(20, len(sent)))
+    for raw in (False, True):
+        ms = []
+        for seq in picks:
+            t0 = time.perf_counter()
+            got = store.get_exchange(session_id, seq, raw=raw)
+            ms.append((time.perf_counter() - t0) * 1e3)
+            assert got.seq == seq
+        print(times("one exchange at random" + (", raw too" if raw else ""), ms))
+
+
+def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
+    url = f"sqlite:///{tmp / 'disk.db'}"
+    with open_store(url) as store:
+        for seed in range(sessions):
+            record(store, f"s{seed}", exchanges(calls, seed)[0])
+    import sqlite3
+
+    with sqlite3.connect(tmp / "disk.db") as conn:
+        conn.execute("VACUUM")
+    size = os.path.getsize(tmp / "disk.db")
+    print(f"  SQLite file, {sessions} sessions (seeds 0..{sessions - 1}): {size / MB:.2f} MB, "
+          f"{size / sessions / 1e3:.0f} KB a session: {raw * sessions / size:.0f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=150)
+    parser.add_argument("--sessions", type=int, default=3, help="for the file-size figure")
+    parser.add_argument("--store", help="an empty store to measure in (default: a temp SQLite)")
+    args = parser.parse_args()
+    sent, chains = exchanges(args.calls, 0)
+    requests = sum(len(e.raw_request) for e in sent)
+    responses = sum(len(e.raw_response) for e in sent)
+    raw = requests + responses
+    print(f"session: {args.calls} calls, raw {raw / MB:.1f} MB ({requests / MB:.1f} MB requests, "
+          f"{responses / MB:.2f} MB responses; "
+          f"last request {len(sent[-1].raw_request) / 1e3:.0f} KB)")
+    options(sent, chains, raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        url = args.store or f"sqlite:///{Path(tmp) / 'bench.db'}"
+        with open_store(url) as store:
+            if store.list_sessions(limit=1):
+                sys.exit(f"{url} is not empty: the sizes would count its other content")
+            took = record(store, "bench", sent)
+            parts = payload(store, "bench")
+            print(f"2. the store ({store.dialect})")
+            for name, size in parts.items():
+                print(f"  {name:<26} {size / 1e3:8.1f} KB")
+            records = sum(v for k, v in parts.items() if not k.startswith("raw"))
+            everything = sum(parts.values())
+            print(f"  records alone (no raw bodies)      {records / 1e3:8.1f} KB  "
+                  f"{raw / records:6.0f}x vs raw")
+            print(f"  with raw bodies reproducible       {everything / 1e3:8.1f} KB  "
+                  f"{raw / everything:6.0f}x vs raw")
+            for kind in ("", " cpu"):
+                parse, write = took["parse" + kind], took["write" + kind]
+                print(times(f"parse request (finalize){kind}", parse))
+                print(times(f"encode + compress + commit{kind}", write))
+                both = [a + b for a, b in zip(parse, write, strict=True)]
+                print(times(f"writer thread, all of it{kind}", both))
+            submit = submit_cost(url, sent, Path(tmp) / "spool")
+            print(f"  event loop (Writer.submit_exchange) mean {statistics.mean(submit):.1f} us, "
+                  f"max {max(submit):.1f} us")
+            print("3. reading")
+            reading(store, "bench", sent)
+        disk(args.sessions, args.calls, raw, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
