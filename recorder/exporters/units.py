@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_record import lineage
 from forge_record.exporters.base import Options, Tally
 from forge_record.exporters.pairing import message_key, pair_tool_results, trained_keys
 from forge_record.records import COMPLETE, Block, Exchange, Message, Session, Tool
@@ -76,8 +77,6 @@ class Conversation:
 
 
 def load_session(store: Any, session_id: str) -> SessionData:
-    from forge_record import lineage  # another module's analysis; see its docstring
-
     session = store.get_session(session_id)
     exchanges = list(store.iter_exchanges(session_id))
     found = lineage.analyze(exchanges, harness=session.harness)
