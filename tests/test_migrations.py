@@ -49,7 +49,7 @@ COLUMNS_0001 = {
     "exchanges": EXPECTED_COLUMNS["exchanges"][:-3],
     migrate.VERSION_TABLE: ["version_num"],
 }
-EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id", "ix_blobs__pack_id"}
+EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id"}
 
 
 @pytest.fixture(params=BACKENDS)

@@ -61,19 +61,15 @@ def upgrade() -> None:
         sa.Column("start", sa.Integer(), nullable=False),
         sa.Column("length", sa.Integer(), nullable=False),
         sa.Column("touched_at", sa.Double(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["pack_id"], ["packs.id"], name=op.f("fk_blobs__pack_id__packs")
-        ),
         sa.PrimaryKeyConstraint("hash", name=op.f("pk_blobs")),
-        sqlite_with_rowid=False,  # the hash is the key: no second copy of it in an index
+        # The hash is the key: no second copy of it in an index. pack_id has neither an index
+        # nor a foreign key for the same reason; gc reads all blob rows when it sweeps packs.
+        sqlite_with_rowid=False,
     )
-    # gc asks which packs still hold a blob.
-    op.create_index(op.f("ix_blobs__pack_id"), "blobs", ["pack_id"])
 
 
 def downgrade() -> None:
     _rewrite_as_layout_1(op.get_bind())
-    op.drop_index(op.f("ix_blobs__pack_id"), table_name="blobs")
     op.drop_table("blobs")
     op.drop_index(op.f("ix_packs__group_id"), table_name="packs")
     op.drop_table("packs")
