@@ -8,6 +8,7 @@ ones it started (by pid) however the benchmark exits.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -165,6 +167,37 @@ def start_proxy(children: Children, kind: str, mode: str, upstream: str, tmp: Pa
 
 
 _ROUTING_VARS = {"ANTHROPIC_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"}
+
+
+def renice(increment: int) -> None:
+    """Change this process's priority (children inherit it). On a machine shared with other
+    work, a negative value (root only) keeps the scheduler's noise out of the figures."""
+    if increment:
+        try:
+            os.nice(increment)
+        except PermissionError:
+            print(f"bench: cannot renice by {increment} (not root); running as is",
+                  file=sys.stderr)
+
+
+@contextlib.contextmanager
+def realtime(priority: int) -> Iterator[None]:
+    """Within the block, run this process (and the children it starts) under SCHED_FIFO at
+    `priority`, so other work on the machine cannot delay them (root only). Meant for the
+    latency benchmark, whose processes mostly sleep; a CPU-bound process under SCHED_FIFO
+    would starve the machine (Linux still leaves others 5% of each second)."""
+    if not priority:
+        yield
+        return
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except PermissionError:
+        print("bench: cannot use SCHED_FIFO (not root); running as is", file=sys.stderr)
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, *before)
 
 
 # --- statistics ------------------------------------------------------------------------

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clients import CLIENTS, Target, history  # noqa: E402
 from common import (  # noqa: E402
-    Children, fmt, machine_markdown, machine_notes, median, percentile, ratio, start_mock,
-    start_proxy,
+    Children, fmt, machine_markdown, machine_notes, median, percentile, ratio, renice,
+    realtime, start_mock, start_proxy,
 )
 
 PROXIES = {  # configuration -> (proxy kind, routing mode)
@@ -87,7 +87,8 @@ def measure(p: dict) -> dict:
     runs: dict[str, dict[str, list[dict]]] = {}
     started = time.monotonic()
     # Children stop (and forge-record finishes writing) before their files are removed.
-    with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp, Children() as children:
+    with (realtime(p.get("realtime", 0)), tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp,
+          Children() as children):
         _, mock_url = start_mock(children)
         targets = _targets(children, p, mock_url, Path(tmp))
         clients = {(c, k): CLIENTS[k](t) for c, t in targets.items() for k in p["clients"]}
@@ -192,6 +193,10 @@ def parse_args(argv: list[str] | None = None) -> dict:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                     help="also run forge-rev-NAME: forge (reverse) with these bench/forge_proc.py "
                     "experiment arguments, e.g. defer=--defer-sink (repeatable)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="renice the benchmark and its children, e.g. -10 on a busy machine")
+    ap.add_argument("--realtime", type=int, default=0, metavar="PRIORITY",
+                    help="run under SCHED_FIFO at PRIORITY (root; e.g. 10 on a busy machine)")
     ap.add_argument("--json", type=Path, help="write the full result here")
     args = ap.parse_args(argv)
     p = dict(QUICK if args.quick else FULL)
@@ -207,6 +212,7 @@ def parse_args(argv: list[str] | None = None) -> dict:
     if "direct" not in p["configs"]:
         p["configs"].insert(0, "direct")  # every "added" figure is relative to it
     p["json"] = args.json
+    p["nice"], p["realtime"] = args.nice, args.realtime
     return p
 
 
@@ -215,6 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     p = parse_args(argv)
     out = p.pop("json")
+    renice(p["nice"])
     result = summarize(measure(p))
     result["machine"] = machine_notes()
     print(machine_markdown(result["machine"]) + "\n\n" + markdown(result))

@@ -4,11 +4,12 @@
 
 Both serve the same stream (bench/mock_server.py's plan; the test mock gets it as an extra
 route whose generator sleeps between deltas), each in a process of its own, reached directly
-(no proxy); the test mock also with TCP_NODELAY set. Measured: exchanges/s with 20 concurrent clients on small streams (the
-throughput benchmark's direct reference must be far above any proxy's rate, or it measures
-the mock), and for the 500-delta, 2 ms stream: how far apart consecutive deltas were sent
-(the schedule's jitter, from the send times the deltas carry) and the per-event delivery
-latency a raw client sees. The figures and the decision are in docs/BENCHMARKS.md.
+(no proxy); the test mock also with TCP_NODELAY set. Measured: exchanges/s with 20
+concurrent clients on small streams (the throughput benchmark's direct reference must be far
+above any proxy's rate, or it measures the mock), and for the 500-delta, 2 ms stream: how
+far apart consecutive deltas were sent (the schedule's jitter, from the send times the
+deltas carry) and the per-event delivery latency a raw client sees. The figures and the
+decision are in docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations

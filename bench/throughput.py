@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    BENCH, Children, fmt, machine_markdown, machine_notes, median, ratio, start_mock,
+    BENCH, Children, fmt, machine_markdown, machine_notes, median, ratio, renice, start_mock,
     start_proxy,
 )
 
@@ -160,6 +160,8 @@ def parse_args(argv: list[str] | None = None) -> dict:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                     help="also run forge with these bench/forge_proc.py experiment arguments, "
                     "e.g. si=--switch-interval=0.0005 (repeatable; reverse mode)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="renice the benchmark and its children, e.g. -10 on a busy machine")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     p = dict(QUICK if args.quick else FULL)
@@ -171,12 +173,14 @@ def parse_args(argv: list[str] | None = None) -> dict:
         p["modes"] = args.modes.split(",")
     p["variants"] = dict(v.split("=", 1) for v in args.variant)
     p["json"] = args.json
+    p["nice"] = args.nice
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = parse_args(argv)
     out = p.pop("json")
+    renice(p["nice"])
     result = summarize(measure(p))
     result["machine"] = machine_notes()
     print(machine_markdown(result["machine"]) + "\n\n" + markdown(result))
