@@ -230,3 +230,43 @@ def test_a_retry_replaces_the_attempt_it_resends():
     assert [s["loss_mask"] for s in steps] == [0, 1, 1]
     assert steps[1]["observation"][0]["tool_call_id"] == "a"
     assert steps[2]["context"] == {"reset": False, "messages": []}
+
+
+def test_images_go_by_url_or_are_dropped_and_counted():
+    from forge_record.records import Media
+
+    web = Media(type="image", media_type="image/png", url="https://example.test/a.png")
+    inline = Media(type="image", media_type="image/png", sha256="ab" * 32, size=10)
+    ex = exchange(1, [Message(role="user", content=[Text(text="look"), web, inline])],
+                  [Text(text="a cat")])
+    tally = Tally()
+    [conversation] = conversations(main_only(ex), Options(), tally)
+    line = openai_export.to_line(conversation, False, tally)
+    assert line["messages"][1]["content"] == [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "https://example.test/a.png"}}]
+    assert tally.dropped == {"images": 1}
+    anthropic_line = anthropic_export.to_line(conversation, False, tally)
+    assert anthropic_line["messages"][0]["content"][1] == {
+        "type": "image", "source": {"type": "url", "url": "https://example.test/a.png"}}
+    assert tally.dropped == {"images": 2}
+
+
+def test_the_progress_bar_is_for_terminals_only(monkeypatch, capsys):
+    from forge_record.commands import export as export_command
+
+    assert export_command._progress_bar() is None  # pytest's stderr is not a terminal
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+        def write(self, text):
+            pass
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(export_command.sys, "stderr", Terminal())
+    bar = export_command._progress_bar()
+    assert list(bar(["s1", "s2"])) == ["s1", "s2"]
