@@ -89,6 +89,8 @@ def options(sent: list[Exchange], chains: list[str], raw: int) -> None:
     print(f"  zstd-3 per body (layout 1)          {per_body / MB:8.2f} MB  {raw / per_body:6.0f}x")
     print(f"  one zstd-3 stream, no random access {stream / MB:8.2f} MB  {raw / stream:6.0f}x")
     requests = [finalize(_copy(e)).request for e in sent]
+    each = sum(len(z.compress(e.raw_request)) for e in sent)
+    print(f"  raw requests, zstd-3 each (layout 1) {each / 1e3:9.1f} KB")
     for every, hinted in ((32, False), (16, True), (32, True), (64, True)):
         size = _raw_deltas(sent, chains, requests, every, hinted)
         what = "parent + normalized blobs" if hinted else "parent's body only"
@@ -158,9 +160,19 @@ def payload(store, session_id: str) -> dict[str, int]:
         keys = conn.scalar(sa.text("SELECT sum(length(hash)) + 24 * count(*) FROM blobs"))
         summary = conn.scalar(sa.text(
             "SELECT sum(length(dialect) + length(kind) + length(coalesce(model, '')) + "
-            "length(method) + length(url) + length(status) + length(flags) + 64) FROM exchanges"))
+            "length(method) + length(url) + length(status) + length(CAST(flags AS TEXT)) + 64) "
+            "FROM exchanges"))
     return {"manifests": one[0], "packs": packs, "blob keys and locations": keys,
             "summary columns": summary, "raw requests": one[1], "raw responses": one[2]}
+
+
+def postgres_size(store) -> int:
+    import sqlalchemy as sa
+
+    with store.reading("measure") as conn:
+        return int(conn.scalar(sa.text(
+            "SELECT sum(pg_total_relation_size(t::regclass)) FROM unnest(ARRAY['sessions', "
+            "'exchanges', 'blobs', 'packs']) AS t")))
 
 
 def submit_cost(url: str, sent: list[Exchange], spool: Path) -> list[float]:
@@ -249,6 +261,10 @@ def main() -> None:
                   f"{raw / records:6.0f}x vs raw")
             print(f"  with raw bodies reproducible       {everything / 1e3:8.1f} KB  "
                   f"{raw / everything:6.0f}x vs raw")
+            if store.dialect == "postgresql":
+                on_disk = postgres_size(store)
+                print(f"  Postgres tables, indexes and TOAST {on_disk / 1e3:8.1f} KB  "
+                      f"{raw / on_disk:6.0f}x vs raw (one session, fixed overhead included)")
             for kind in ("", " cpu"):
                 parse, write = took["parse" + kind], took["write" + kind]
                 print(times(f"parse request (finalize){kind}", parse))
