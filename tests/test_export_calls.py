@@ -17,6 +17,7 @@ from test_export_sessions import (
     first_calls,
     recorded_store,
 )
+from test_store import new_database, pg_admin  # noqa: F401 - fixtures
 
 from forge_record.exporters import Filters, Options, export
 from forge_record.exporters import parquet as parquet_export
@@ -164,3 +165,26 @@ def test_parquet_rolls_over_into_shards(url, tmp_path, monkeypatch):
         export(store, "parquet", tmp_path / "out", Filters(), Options())
     paths = sorted((tmp_path / "out").glob("calls-*.parquet"))
     assert [pq.read_metadata(p).num_rows for p in paths] == [3, 3, 2]
+
+
+# --- Postgres ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_postgres_store_exports_the_same_lines(url, new_database):  # noqa: F811
+    pg = new_database()
+    with open_store(url) as source, open_store(pg) as target:
+        for summary in source.list_sessions(limit=None)[::-1]:
+            target.add_session(source.get_session(summary["id"]))
+            for ex in source.iter_exchanges(summary["id"], raw=True):
+                target.add_exchange(summary["id"], ex)
+        target.label_session(SESSIONS["openai.chat"][0], reward=0.5)
+    for fmt in ("calls", "trajectories", "openai"):
+        on_sqlite, _ = export_lines(url, fmt)
+        on_postgres, _ = export_lines(pg, fmt)
+        if fmt != "openai":
+            for line in on_sqlite:
+                if line["session_id"] == SESSIONS["openai.chat"][0]:
+                    line["reward"] = 0.5
+        assert on_postgres == on_sqlite, fmt
