@@ -37,6 +37,7 @@ def _reverse_target(environ: Mapping[str, str]) -> tuple[str, str]:
 
 class Codex(Shim):
     name = "codex"
+    verified = "Codex 0.171.0, real binary, HTTP SSE and WebSocket, forward and reverse"
     executables = ("codex",)
     model_hosts = ("api.openai.com", "chatgpt.com")
     user_agent_pattern = re.compile(r"\bcodex_[a-z_]+/(\d[\w.+-]*)")
