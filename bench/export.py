@@ -13,8 +13,8 @@ time, so its peak follows the largest session, not the store.
 
 Shapes:
 - small: sessions of 50 model calls and a side call, short contexts (a 1 KB system prompt,
-  two tools, each turn adds a text + tool call and a ~300 byte tool result: contexts of
-  ~2-15 KB), as short agent tasks make them.
+  two tools, each turn adds a text + tool call and a ~300 byte tool result: requests of 49
+  messages and 17 KB of normalized JSON on average, 33 KB at most), as short tasks make them.
 - claude-code: bench/gen_session.py's Claude Code sessions (150 calls, 15 KB system prompt,
   20 KB of tools, thinking, a subagent and title calls, contexts growing to ~540 KB), eight
   seeds cycled over the sessions.

@@ -270,3 +270,14 @@ def test_the_progress_bar_is_for_terminals_only(monkeypatch, capsys):
     monkeypatch.setattr(export_command.sys, "stderr", Terminal())
     bar = export_command._progress_bar()
     assert list(bar(["s1", "s2"])) == ["s1", "s2"]
+
+
+def test_each_side_call_is_a_chat_of_its_own():
+    main = exchange(1, [user("go")], [Text(text="done")])
+    title = exchange(2, [user("name this chat")], [Text(text="Going")])
+    summary = exchange(3, [user("sum it up")], [Text(text="It went")])
+    data = session([main, title, summary], {1: ("main", "main", 0), 2: ("side", "side", 0),
+                                            3: ("side", "side", 0)})
+    chats = list(conversations(data, Options(include_side_calls=True), Tally()))
+    assert [c.final.seq for c in chats] == [1, 2, 3]
+    assert list(conversations(data, Options(), Tally()))[0].final.seq == 1

@@ -8,7 +8,8 @@ which thread, segment and role each call has. The exporters then take one of thr
 - a conversation (`conversations`): one thread segment as a chat, for the SFT formats. The
   agent resends its whole history on every call, so the segment's last usable call holds the
   conversation: its request messages, then its response as the final assistant message. A
-  segment ends where the context was replaced (compaction), so each segment is its own chat;
+  segment ends where the context was replaced (compaction), so each segment is its own chat.
+  Side calls are unrelated one-off requests: each one is a chat of its own;
 - a thread (`threads`): every call of one thread, in order, for trajectories.
 
 Which units are wanted is decided by `Options` (main thread only or subagents too, side
@@ -192,8 +193,7 @@ def conversations(data: SessionData, options: Options, tally: Tally) -> Iterator
     # matches none of them, however lineage threaded the calls.
     keys = trained_keys(ex for ex in data.exchanges.values() if ex.status == COMPLETE)
     for thread, kept in threads(data, options, tally):
-        for segment in sorted({data.calls[ex.seq].segment for ex in kept}):
-            calls_in = [ex for ex in kept if data.calls[ex.seq].segment == segment]
+        for segment, calls_in in _chats(data, thread, kept):
             final = _final_call(calls_in)
             if final is None:
                 tally.skipped["segments with no response"] += 1
@@ -203,6 +203,15 @@ def conversations(data: SessionData, options: Options, tally: Tally) -> Iterator
                 tally.skipped["segments with nothing to train on"] += 1
                 continue
             yield conversation
+
+
+def _chats(data: SessionData, thread: ThreadInfo, kept: list[Exchange]):
+    """(segment, calls) per chat: a segment's calls; but side calls (titles, summaries,
+    token counts) are unrelated one-off requests, so each is a chat of its own."""
+    if thread.role == "side":
+        return [(data.calls[ex.seq].segment, [ex]) for ex in kept]
+    segments = sorted({data.calls[ex.seq].segment for ex in kept})
+    return [(s, [ex for ex in kept if data.calls[ex.seq].segment == s]) for s in segments]
 
 
 def _final_call(calls_in: list[Exchange]) -> Exchange | None:
