@@ -270,7 +270,23 @@ class Writer:
         return True
 
     def _replay_write(self, items: list[Item]) -> None:
-        self.store.write(items, if_absent=True)
+        """Write spooled items; one the store refuses for its content (say, an exchange whose
+        session was never stored) is logged and counted, and must not block the rest."""
+        try:
+            self.store.write(items, if_absent=True)
+            return
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            pass
+        for item in items:
+            try:
+                self.store.write([item], if_absent=True)
+            except StoreUnavailable:
+                raise
+            except StoreError:
+                self.failed += 1
+                log.exception("forge-record: could not write spooled %s", describe(item))
 
     def _replay_orphans(self) -> None:
         """Replay spool files that dead writers left for this store. Their sessions that

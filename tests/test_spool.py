@@ -353,3 +353,20 @@ def test_run_with_the_team_store_down_keeps_the_exit_code_and_the_next_run_write
     with open_store(url) as store:
         assert sorted(s["exit_code"] for s in store.list_sessions()) == [0, 3]
         assert {s["status"] for s in store.list_sessions()} == {"ended"}
+
+
+def test_an_item_the_store_refuses_does_not_block_the_rest_of_a_spool(store, store_url,
+                                                                       tmp_path, caplog):
+    """An exchange whose session never reached the store (its AddSession failed) is logged
+    and counted; everything else in the file is written."""
+    store.add_session(make_session("s"))
+    spool = Spool(tmp_path / "spool", store.fingerprint)
+    spool.append([AddExchange("s", make_exchange(1)), AddExchange("lost", make_exchange(1)),
+                  AddExchange("s", make_exchange(2))])
+    spool.close()
+    writer = Writer(open_store(store_url), spool_dir=tmp_path / "spool")
+    writer.close()
+    assert (writer.replayed, writer.failed) == (3, 1)
+    assert sorted(store.seqs("s")) == [1, 2]
+    assert "could not write spooled exchange 1 of session lost" in caplog.text
+    assert spooling.orphans(tmp_path / "spool", store.fingerprint) == []
