@@ -112,6 +112,12 @@ def _handler_for(mock: MockUpstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def setup(self) -> None:
+            super().setup()
+            # Streams are written an event at a time; without this, Nagle's algorithm holds
+            # small events back for tens of milliseconds.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def log_message(self, *args) -> None:  # keep test output clean
             pass
 
