@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from forge_record.exporters.base import JsonLines, Options, Tally
 from forge_record.exporters.convert import (
+    EXTRAS_KEY,
     META_KEY,
     Loss,
     arguments_object,
@@ -89,9 +90,8 @@ class _Converter:
                 continue
             if out and out[-1]["role"] == role and role != "system":
                 out[-1]["content"] += blocks
-                out[-1].setdefault("x_extras", []).extend(self.loss.kept)
-                if not out[-1]["x_extras"]:
-                    del out[-1]["x_extras"]
+                if self.loss.kept:
+                    out[-1].setdefault(EXTRAS_KEY, []).extend(self.loss.kept)
             else:
                 out.append(self.loss.attach({"role": role, "content": blocks}))
         for message in out:

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from forge_record.exporters.base import JsonLines, Options, Tally, dumps
 from forge_record.exporters.convert import (
+    EXTRAS_KEY,
     META_KEY,
     Loss,
     arguments_object,
@@ -74,7 +75,7 @@ def to_line(conversation: Conversation, keep: bool, tally: Tally) -> dict[str, A
     if keep:
         line[META_KEY] = meta(conversation)
         if loss.kept:
-            line["x_extras"] = loss.kept
+            line[EXTRAS_KEY] = loss.kept
     return line
 
 
