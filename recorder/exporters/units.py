@@ -74,7 +74,7 @@ class Conversation:
     system: list[Block]
     tools: list[Tool]
     messages: list[Message]  # the final request's messages, then the response
-    trained: list[bool]  # per message: an assistant turn this thread's model produced
+    trained: list[bool]  # per message: an assistant turn a call of the session answered
 
 
 def load_session(store: Any, session_id: str) -> SessionData:
@@ -83,10 +83,11 @@ def load_session(store: Any, session_id: str) -> SessionData:
     found = lineage.analyze(exchanges, harness=session.harness)
     threads = {t.id: _thread(t) for t in found.threads}
     calls = {ex.seq: _call(ex, found, threads) for ex in exchanges}
+    placed = {s for t in threads.values() for s in t.seqs}
     for info in calls.values():
         if info.thread not in threads:  # a call lineage did not place gets a thread of its own
             threads[info.thread] = ThreadInfo(info.thread, info.thread_role)
-        if info.seq not in threads[info.thread].seqs:
+        if info.seq not in placed:
             threads[info.thread].seqs.append(info.seq)
     return SessionData(
         session=session,
