@@ -13,6 +13,8 @@ and writers can ask for BEGIN IMMEDIATE (see `writing()`).
 
 from __future__ import annotations
 
+import os
+
 import re
 from pathlib import Path
 
@@ -101,8 +103,12 @@ def _sqlite_engine(url: URL) -> Engine:
 
 
 def _make_parent(url: URL, path: Path) -> None:
+    """Make the store's folder, and the file itself private (0600) before SQLite creates it:
+    it holds every prompt and file the agent sent. SQLite gives its -wal and -shm files the
+    database file's mode."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_RDONLY, 0o600))
     except OSError as e:
         raise StoreError(f"cannot open store {show_url(url)}: {e.strerror or e}") from e
 

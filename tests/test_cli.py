@@ -167,3 +167,11 @@ def test_unusable_data_dir(env, tmp_path):
                                   ["sessions", "--limit", "x"], ["show"], ["nosuchcommand"]])
 def test_wrong_arguments_are_one_line(env, args):
     assert "--help" in assert_one_line_error(forge(env, *args), code=2)
+
+
+def test_store_files_are_private(env):
+    assert forge(env, "run", "--", "true").returncode == 0
+    home = Path(env["FORGE_RECORD_HOME"])
+    files = list(home.glob("traces.db*"))
+    assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    assert (home / "redaction.key").stat().st_mode & 0o777 == 0o600
