@@ -477,8 +477,8 @@ def test_list_sessions_aggregates(store):
 def test_status_tells_interrupted_sessions_apart(store):
     """ended: the end was written; recording: no end, recorder alive; interrupted: no end
     and its process is gone (this host) or silent for too long (any host)."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    # A pid no process can have (a reaped child's pid could be reused on a busy machine).
+    dead = Path("/proc/sys/kernel/pid_max").read_text().strip()
     import socket
 
     here = socket.gethostname()
@@ -486,7 +486,7 @@ def test_status_tells_interrupted_sessions_apart(store):
     store.end_session("ended", 9.0, 0)
     store.add_session(dataclasses.replace(make_session("alive"), host=here))
     store.add_session(dataclasses.replace(make_session("killed"), host=here),
-                      recorder_pid=int(dead.stdout))
+                      recorder_pid=int(dead) + 1)
     store.write([AddSession(make_session("silent"), recorder_pid=1,
                             heartbeat_at=time.time() - 3600)])
     store.write([AddSession(make_session("no-heartbeat"))])  # as rows from revision 0001
