@@ -53,11 +53,11 @@ def sessions(store, as_json, limit, harness, version, model, system_hash, tools_
         click.echo(hint, err=True)
         return
     click.echo(f"{'SESSION':<16}  {'STARTED':<16}  {'HARNESS':<12}  "
-               "CALLS  TOOLS  TOKENS IN/OUT  EXIT")
+               "CALLS  TOOLS  TOKENS IN/OUT  EXIT/STATUS")
     for r in rows:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
         tokens = f"{_total_in(r):,}/{r['output_tokens'] or 0:,}"
-        exit_code = "-" if r["exit_code"] is None else str(r["exit_code"])
+        exit_code = _exit_column(r)
         click.echo(
             f"{r['id']:<16}  {started:<16}  {(r['harness'] or '-'):<12}  "
             f"{r['calls']:>5}  {r['tool_calls']:>5}  {tokens:>13}  {exit_code:>4}"
@@ -102,3 +102,11 @@ def _filtered(st, wanted: _Filter, limit: int) -> list[dict]:
 
 def _total_in(row: dict) -> int:
     return sum(row[k] or 0 for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
+
+
+def _exit_column(row: dict) -> str:
+    """The exit code of an ended session; otherwise whether it is still recording or its
+    recorder died ("interrupted")."""
+    if row.get("exit_code") is not None:
+        return str(row["exit_code"])
+    return row.get("status") or "-"
