@@ -110,7 +110,7 @@ class WebSocketRecorder:
         sock.frames = _FrameDialect()
         sock.capture = Capture(sock.frames, seq=next(self.recorder._seq), method="GET",
                                url=sock.url, path=sock.path, headers=sock.request_headers,
-                               body=data, max_body=self.recorder.max_body)
+                               body=data, max_body=self.recorder.max_body, decode_live=True)
         sock.capture.exchange.http_status = 101  # the call went over an upgraded connection
 
     def _from_server(self, sock: _Socket, data: bytes, is_text: bool) -> None:

@@ -7,8 +7,8 @@ deltas + 40 tool-input fragments, and the throughput benchmark's small stream) i
 forge_record.capture.Capture one SSE event per chunk, as mitmproxy hands them to the tee,
 and reports CPU time (time.process_time, so other processes on the machine matter little):
 `tee` per event, `finish` per exchange (both on the event loop), and `finalize` per exchange
-(request parsing and redaction, in the writer thread). `--profile` prints cProfile's top
-functions for the tee path. No proxy, no sockets: this isolates what
+(folding the response, parsing the request, in the writer). `--profile` prints cProfile's
+top functions for the tee path and the fold. No proxy, no sockets: this isolates what
 recorder/capture.py, sse.py, encodings.py and decoders/anthropic_messages.py cost.
 """
 
@@ -63,7 +63,7 @@ def measure(name: str, repeat: int) -> dict[str, float]:
         t1 = time.process_time()
         exchange = capture.finish()
         t2 = time.process_time()
-        finalize(exchange)
+        finalize(exchange)  # the response is folded here, in the writer
         t3 = time.process_time()
         tee, finish, prep = tee + t1 - t0, finish + t2 - t1, prep + t3 - t2
         assert exchange.status == "complete", exchange.flags
@@ -81,7 +81,7 @@ def profile(repeat: int) -> None:
         profiler.enable()
         for event in events:
             capture.tee(event)
-        capture.finish()
+        finalize(capture.finish())
         profiler.disable()
     pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 

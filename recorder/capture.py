@@ -2,9 +2,14 @@
 
 The addon feeds this object from mitmproxy's hooks; it never touches mitmproxy itself, so it
 can be driven directly in tests. Everything here runs on the proxy's event loop and is kept
-cheap: the tee content-decodes and folds each chunk, and the request body is only parsed
-later, in the writer thread (`finalize`). Any exception from a decoder is swallowed here and
-turned into a flag on the exchange: a decoder fault must never reach the agent's stream.
+to the least that must happen there: the tee hands each chunk on, content-decodes a copy and
+keeps it. Folding the response into a record and parsing the request happen later, in the
+writer (`finalize`): a model's stream reaches the agent without waiting on a decoder, and
+an HTTP call's record only needs its bytes, which are all kept. A WebSocket call is the
+exception (`decode_live`): it ends at a terminal event that only its decoder can see.
+
+Any exception from a decoder is swallowed and turned into a flag on the exchange: a decoder
+fault must never reach the agent's stream, nor cost the exchange its raw bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from forge_record.secrets import Redactor
 log = logging.getLogger("forge_record")
 
 DEFAULT_MAX_BODY = 64 << 20  # per body: far above any model call seen, far below a bomb
+PENDING = "pending"  # an exchange's status until finalize() has folded its response
+_NO_DECODER = ("content_decode_error", "unknown_content_encoding:")
 
 
 class Capture:
@@ -43,9 +50,11 @@ class Capture:
         headers: list[tuple[str, str]],
         body: bytes,
         max_body: int = DEFAULT_MAX_BODY,
+        decode_live: bool = False,
     ) -> None:
         self.dialect = dialect
         self.max_body = max_body
+        self.decode_live = decode_live
         self.exchange = Exchange(
             seq=seq,
             dialect=dialect.name,
@@ -57,7 +66,7 @@ class Capture:
             raw_request=body[:max_body],
         )
         if len(body) > max_body:
-            self._flag("request_truncated")
+            _flag(self.exchange, "request_truncated")
         self._decoder: ResponseDecoder | None = None
         self._unencode: encodings.ChunkDecoder | None = None
         self._chunks: list[bytes] = []
@@ -75,12 +84,10 @@ class Capture:
         ex.response_headers = redact_headers(headers)
         self._unencode = encodings.decoder_for(encoding, max_output=self.max_body)
         if self._unencode is None:
-            self._flag(f"unknown_content_encoding:{encoding}")
+            _flag(ex, f"unknown_content_encoding:{encoding}")
             return
-        try:
-            self._decoder = self.dialect.response_decoder(content_type)
-        except Exception as e:  # noqa: BLE001 - a decoder fault must not reach the agent
-            self._decoder_failed(e)
+        if self.decode_live:
+            self._decoder = _new_decoder(self.dialect, content_type, ex)
 
     def tee(self, chunk: bytes) -> bytes:
         """mitmproxy's stream callable: hand the chunk on unchanged, keep a decoded copy."""
@@ -91,7 +98,7 @@ class Capture:
                 self._stop_keeping("response_truncated")
                 return chunk
             except Exception as e:  # noqa: BLE001
-                self._flag("content_decode_error")
+                _flag(self.exchange, "content_decode_error")
                 log.warning("forge-record: cannot decode %s body: %s", self.exchange.url, e)
                 self._unencode = None
                 self._decoder = None
@@ -105,55 +112,42 @@ class Capture:
                 try:
                     self._decoder.feed(plain)
                 except Exception as e:  # noqa: BLE001
-                    self._decoder_failed(e)
+                    self._decoder = _decoder_failed(self.exchange, e)
         return chunk
 
     def finish(self, error: str | None = None) -> Exchange:
-        """End the capture: fold what arrived into the response and set the status."""
+        """End the capture. A live-decoded exchange is settled here; any other is PENDING
+        until finalize() folds it."""
         self.finished = True
         ex = self.exchange
         ex.ended_at = time.time()
         ex.raw_response = b"".join(self._chunks)
         self._chunks = []
-        if self._decoder is not None:
-            try:
-                ex.response = self._decoder.finish()
-            except Exception as e:  # noqa: BLE001
-                self._decoder_failed(e)
-        complete = self._decoder is not None and self._decoder.complete
         if error is not None:
-            self._flag(f"aborted:{error}")
-        if ex.http_status is not None and ex.http_status >= 400 or (
-            ex.response is not None and ex.response.error
-        ):
-            ex.status = ERROR
-        elif error is not None or not complete:
-            ex.status = INCOMPLETE
+            _flag(ex, f"aborted:{error}")
+        if self.decode_live:
+            _settle(ex, self._decoder)
         else:
-            ex.status = COMPLETE
+            ex.status = PENDING
         return ex
 
     def _stop_keeping(self, flag: str) -> None:
         """Past the size limit: keep what we have, let the rest through unrecorded."""
-        self._flag(flag)
+        _flag(self.exchange, flag)
         log.warning("forge-record: %s body over %d bytes, stored truncated",
                     self.exchange.url, self.max_body)
         self._unencode = None
 
-    def _decoder_failed(self, e: Exception) -> None:
-        self._decoder = None
-        self._flag("decode_error")
-        log.warning("forge-record: decoder failed on %s, keeping raw bytes: %r", self.exchange.url, e)
 
-    def _flag(self, flag: str) -> None:
-        if flag not in self.exchange.flags:
-            self.exchange.flags.append(flag)
+# --- the writer's side -------------------------------------------------------------------
 
 
 def finalize(exchange: Exchange, redactor: Redactor | None = None) -> Exchange:
-    """Parse the request body and redact secrets from everything that will be written.
-    Runs in the writer thread, off the proxy's event loop."""
+    """Fold the response, parse the request and redact secrets from everything that will be
+    written. Runs in the writer, off the proxy's event loop."""
     dialect = dialect_named(exchange.dialect)
+    if exchange.status == PENDING:
+        fold(exchange, dialect)
     if redactor is not None:
         exchange.raw_request = redactor.bytes(exchange.raw_request)
         exchange.raw_response = redactor.bytes(exchange.raw_response)
@@ -171,9 +165,62 @@ def finalize(exchange: Exchange, redactor: Redactor | None = None) -> Exchange:
     return exchange
 
 
+def fold(exchange: Exchange, dialect: Dialect | None) -> None:
+    """Decode the kept response body into `exchange.response` and settle its status. The body
+    is fed whole: every decoder gives the same record for any chunking of the same bytes."""
+    decoder = None
+    if dialect is not None and not any(f.startswith(_NO_DECODER) for f in exchange.flags):
+        content_type = exchange.response_headers.get("content-type", "")
+        decoder = _new_decoder(dialect, content_type, exchange)
+        if decoder is not None and exchange.raw_response:
+            try:
+                decoder.feed(exchange.raw_response)
+            except Exception as e:  # noqa: BLE001
+                decoder = _decoder_failed(exchange, e)
+    _settle(exchange, decoder)
+
+
+def _settle(ex: Exchange, decoder: ResponseDecoder | None) -> None:
+    """The response record and the status, from the decoder that saw the whole body."""
+    if decoder is not None:
+        try:
+            ex.response = decoder.finish()
+        except Exception as e:  # noqa: BLE001
+            decoder = _decoder_failed(ex, e)
+    complete = decoder is not None and decoder.complete
+    aborted = any(f.startswith("aborted:") for f in ex.flags)
+    if ex.http_status is not None and ex.http_status >= 400 or (
+        ex.response is not None and ex.response.error
+    ):
+        ex.status = ERROR
+    elif aborted or not complete:
+        ex.status = INCOMPLETE
+    else:
+        ex.status = COMPLETE
+
+
+def _new_decoder(dialect: Dialect, content_type: str, ex: Exchange) -> ResponseDecoder | None:
+    try:
+        return dialect.response_decoder(content_type)
+    except Exception as e:  # noqa: BLE001 - a decoder fault must not reach the agent
+        return _decoder_failed(ex, e)
+
+
+def _decoder_failed(ex: Exchange, e: Exception) -> None:
+    """Flag the exchange; the decoder is dropped (returns None to put in its place)."""
+    _flag(ex, "decode_error")
+    log.warning("forge-record: decoder failed on %s, keeping raw bytes: %r", ex.url, e)
+    return None
+
+
+def _flag(ex: Exchange, flag: str) -> None:
+    if flag not in ex.flags:
+        ex.flags.append(flag)
+
+
 def _redact_record(exchange: Exchange, redactor: Redactor) -> None:
     # The request was parsed from the redacted body; the response was folded from the
-    # live stream, so its strings are redacted here, through its plain-dict form.
+    # bytes as they came, so its strings are redacted here, through its plain-dict form.
     if exchange.response is not None:
         exchange.response = response_from_dict(
             redactor.value(response_to_dict(exchange.response))

@@ -54,7 +54,7 @@ def test_capture_never_raises(stream, dialect, content_type, edits, cuts, abort)
     data = corrupt(stream.read_bytes(), edits)
     capture = Capture(dialect, seq=1, method="POST", url="https://example.test/x", path="/x",
                       headers=[], body=b'{"model": "m", "messages": []}')
-    capture.response_started(200, [], content_type, "")
+    capture.response_started(200, [("content-type", content_type)], content_type, "")
     for piece in chunks(data, cuts):
         assert capture.tee(piece) is piece  # handed on untouched
     ex = finalize(capture.finish("client disconnected" if abort else None))
