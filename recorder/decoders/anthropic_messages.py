@@ -28,7 +28,12 @@ from typing import Any
 
 import orjson
 
-from forge_record.errors import DecodeError
+from forge_record.decoders.base import (
+    SHAPE_ERRORS,
+    JsonBodyDecoder,
+    decode_object,
+    is_event_stream,
+)
 from forge_record.records import (
     Block,
     Media,
@@ -49,7 +54,6 @@ _ROUTES = {"/v1/messages": "model", "/v1/messages/count_tokens": "side"}
 _TOOL_CALLS = {"tool_use": False, "server_tool_use": True, "mcp_tool_use": True}  # -> server
 _REQUEST_OWN_FIELDS = {"model", "system", "tools", "messages", "stream"}
 _MESSAGE_OWN_FIELDS = {"id", "type", "role", "model", "content", "stop_reason", "usage"}
-_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError, IndexError)
 
 
 # --- blocks (shared by requests, JSON bodies and streams) --------------------------------
@@ -177,40 +181,6 @@ def _body_response(data: dict[str, Any]) -> Response:
     return _message_response(data, [_block(b) for b in data.get("content") or ()])
 
 
-def _load_object(body: bytes, what: str) -> dict[str, Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise DecodeError(f"{what} is not JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise DecodeError(f"{what} is not a JSON object")
-    return data
-
-
-class _BodyDecoder:
-    """A whole JSON body: buffered, parsed at finish."""
-
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    def feed(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-
-    def finish(self) -> Response:
-        data = _load_object(b"".join(self._chunks), "response body")
-        try:
-            response = _body_response(data)
-        except _SHAPE_ERRORS as e:
-            raise DecodeError(f"response body has an unexpected shape: {e!r}") from e
-        self._complete = True  # an error body is whole too; Response.error tells it apart
-        return response
-
-
 class _StreamDecoder:
     """The SSE fold. Text, thinking and tool JSON grow as lists of fragments joined once,
     so a long answer costs linear time."""
@@ -261,7 +231,7 @@ class _StreamDecoder:
                 self._keep("unknown_events", data)
             else:
                 handler(self, data)
-        except _SHAPE_ERRORS:  # JSON of an unexpected shape: kept aside, applied no further
+        except SHAPE_ERRORS:  # JSON of an unexpected shape: kept aside, applied no further
             self._keep("undecoded_events", {"event": sse.event, "data": sse.data})
 
     def _index(self, data: dict[str, Any]) -> int:
@@ -341,7 +311,7 @@ class _StreamDecoder:
     def _content(self, index: int) -> Block:
         try:
             block = _block(self._blocks[index])
-        except _SHAPE_ERRORS:  # a block of the wrong shape is still kept, verbatim
+        except SHAPE_ERRORS:  # a block of the wrong shape is still kept, verbatim
             return Other(data=self._blocks[index])
         raw = self._bad_json.get(index)
         if raw is not None:
@@ -388,15 +358,12 @@ class AnthropicMessages:
         return _ROUTES.get(self._route(path) or "", "model")
 
     def parse_request(self, body: bytes) -> Request:
-        data = _load_object(body, "request body")
-        try:
-            return _parse_request(data)
-        except _SHAPE_ERRORS as e:
-            raise DecodeError(f"request body has an unexpected shape: {e!r}") from e
+        return decode_object(body, "request body", _parse_request)
 
-    def response_decoder(self, content_type: str) -> _StreamDecoder | _BodyDecoder:
-        media_type = content_type.partition(";")[0].strip().lower()
-        return _StreamDecoder() if media_type == "text/event-stream" else _BodyDecoder()
+    def response_decoder(self, content_type: str) -> _StreamDecoder | JsonBodyDecoder:
+        if is_event_stream(content_type):
+            return _StreamDecoder()
+        return JsonBodyDecoder(_body_response)
 
 
 DIALECT = AnthropicMessages()

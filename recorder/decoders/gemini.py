@@ -24,11 +24,9 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import orjson
-
+from forge_record.decoders.base import decode_object, is_event_stream
 from forge_record.decoders.gemini_parts import PartFold, camel, camel_key
 from forge_record.decoders.gemini_stream import BodyDecoder, SSEDecoder
-from forge_record.errors import DecodeError
 from forge_record.records import Block, Message, Request, Text, Tool
 
 _METHODS = {"generateContent": "model", "streamGenerateContent": "model", "countTokens": "side"}
@@ -36,7 +34,6 @@ _MODEL_PARENTS = ("models", "tunedModels")
 _VERSION = re.compile(r"v\d+\w*")  # v1internal, or what CODE_ASSIST_API_VERSION names
 _ROLES = {"model": "assistant", "function": "tool"}
 _REQUEST_OWN = {"contents", "systemInstruction", "tools"}
-_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError, IndexError)
 
 
 def _route(path: str) -> tuple[str, str, str] | None:
@@ -90,16 +87,6 @@ def _request(raw: dict[str, Any]) -> Request:
     )
 
 
-def _load_object(body: bytes) -> dict[str, Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise DecodeError(f"request body is not JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise DecodeError("request body is not a JSON object")
-    return data
-
-
 # --- the dialects ------------------------------------------------------------------------
 
 
@@ -120,11 +107,7 @@ class _Gemini:
         return _METHODS[route[2]] if route else "model"
 
     def parse_request(self, body: bytes) -> Request:
-        data = _load_object(body)
-        try:
-            return self._parse(data)
-        except _SHAPE_ERRORS as e:
-            raise DecodeError(f"request body has an unexpected shape: {e!r}") from e
+        return decode_object(body, "request body", self._parse)
 
     def _parse(self, data: dict[str, Any]) -> Request:
         return _request(data)
@@ -136,8 +119,7 @@ class _Gemini:
             request.stream = route[2] == "streamGenerateContent"
 
     def response_decoder(self, content_type: str) -> SSEDecoder | BodyDecoder:
-        media_type = content_type.partition(";")[0].strip().lower()
-        if media_type == "text/event-stream":
+        if is_event_stream(content_type):
             return SSEDecoder(self.wrapped)
         return BodyDecoder(self.wrapped)
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import orjson
 
+from forge_record.decoders.base import SHAPE_ERRORS, BufferedBody
 from forge_record.decoders.gemini_parts import PartFold
 from forge_record.errors import DecodeError
 from forge_record.records import Response, Usage
 
-_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError, IndexError)
 _RESPONSE_OWN = {"candidates", "usageMetadata", "modelVersion", "responseId"}
 _CANDIDATE_OWN = {"content", "finishReason", "index"}
 
@@ -69,7 +69,7 @@ class ResponseFold:
     def add(self, chunk: Any) -> None:
         try:
             self._add(chunk)
-        except _SHAPE_ERRORS:  # kept aside, applied no further
+        except SHAPE_ERRORS:  # kept aside, applied no further
             self._extras.setdefault("undecoded_events", []).append(chunk)
 
     def _add(self, chunk: dict[str, Any]) -> None:
@@ -213,23 +213,15 @@ class SSEDecoder:
         # comments (":"), other SSE fields and stray lines carry nothing for Gemini
 
 
-class BodyDecoder:
+class BodyDecoder(BufferedBody):
     """A JSON object, or a JSON array of chunks, buffered and parsed at finish."""
 
     def __init__(self, wrapped: bool) -> None:
+        super().__init__()
         self._fold = ResponseFold(wrapped)
-        self._chunks: list[bytes] = []
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    def feed(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
 
     def finish(self) -> Response:
-        body = b"".join(self._chunks)
+        body = self.body
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError as e:

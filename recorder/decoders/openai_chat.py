@@ -34,17 +34,20 @@ from typing import Any
 
 import orjson
 
+from forge_record.decoders.base import (
+    SHAPE_ERRORS,
+    JsonBodyDecoder,
+    decode_object,
+    is_event_stream,
+)
 from forge_record.decoders.openai_chat_fold import ChatFold
 from forge_record.decoders.openai_items import (
-    SHAPE_ERRORS,
-    BodyDecoder,
     content_blocks,
     function_call,
-    load_object,
     media,
     refusal,
+    token_usage,
 )
-from forge_record.errors import DecodeError
 from forge_record.records import (
     Block,
     Message,
@@ -171,22 +174,8 @@ def parse_chat_request(data: dict[str, Any]) -> Request:
 # --- responses ---------------------------------------------------------------------------
 
 
-def _detail(raw: dict[str, Any], group: str, name: str) -> Any:
-    details = raw.get(group)
-    return details.get(name) if isinstance(details, dict) else None
-
-
 def chat_usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-    prompt = raw.get("prompt_tokens")
-    cached = _detail(raw, "prompt_tokens_details", "cached_tokens")
-    uncached = prompt - cached if isinstance(prompt, int) and isinstance(cached, int) else prompt
-    return Usage(input_tokens=uncached, output_tokens=raw.get("completion_tokens"),
-                 cache_read_tokens=cached,
-                 cache_write_tokens=_detail(raw, "prompt_tokens_details", "cache_write_tokens"),
-                 reasoning_tokens=_detail(raw, "completion_tokens_details", "reasoning_tokens"),
-                 raw=raw)
+    return token_usage(raw, "prompt_tokens", "completion_tokens")
 
 
 def _non_empty(data: dict[str, Any]) -> dict[str, Any]:
@@ -294,15 +283,12 @@ class OpenAIChat:
         return "model"
 
     def parse_request(self, body: bytes) -> Request:
-        data = load_object(body, "request body")
-        try:
-            return parse_chat_request(data)
-        except SHAPE_ERRORS as e:
-            raise DecodeError(f"request body has an unexpected shape: {e!r}") from e
+        return decode_object(body, "request body", parse_chat_request)
 
-    def response_decoder(self, content_type: str) -> _StreamDecoder | BodyDecoder:
-        media_type = content_type.partition(";")[0].strip().lower()
-        return _StreamDecoder() if media_type == "text/event-stream" else BodyDecoder(_body_response)
+    def response_decoder(self, content_type: str) -> _StreamDecoder | JsonBodyDecoder:
+        if is_event_stream(content_type):
+            return _StreamDecoder()
+        return JsonBodyDecoder(_body_response)
 
 
 DIALECT = OpenAIChat()

@@ -1,7 +1,7 @@
 """OpenAI shapes as record blocks: Responses API items, content parts, tools; shared helpers.
 
 Used by both OpenAI dialects and by whoever rebuilds a Responses context from raw items (the
-WebSocket path). Pure functions over parsed JSON; they raise only the `SHAPE_ERRORS` a
+WebSocket path). Pure functions over parsed JSON; they raise only the `base.SHAPE_ERRORS` a
 malformed value causes, and callers decide whether that is a `DecodeError` or a flag.
 
 Item -> block mapping (docs/records.md says the same for users):
@@ -26,12 +26,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from forge_record.errors import DecodeError
 from forge_record.records import (
     Block,
     Media,
@@ -39,14 +37,12 @@ from forge_record.records import (
     Other,
     Reasoning,
     Request,
-    Response,
     Text,
     Tool,
     ToolCall,
     ToolResult,
+    Usage,
 )
-
-SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError, IndexError)
 
 # Items the model produced: in a request's input, a run of them is one assistant Message,
 # as a Response's content holds every output item of one call.
@@ -63,41 +59,6 @@ _RESPONSES_OWN_FIELDS = {"model", "instructions", "input", "tools", "stream"}
 
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
-
-
-def load_object(body: bytes, what: str) -> dict[str, Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise DecodeError(f"{what} is not JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise DecodeError(f"{what} is not a JSON object")
-    return data
-
-
-class BodyDecoder:
-    """A whole JSON body: buffered, turned into a Response by `to_response` at finish."""
-
-    def __init__(self, to_response: Callable[[dict[str, Any]], Response]) -> None:
-        self._to_response = to_response
-        self._chunks: list[bytes] = []
-        self._complete = False
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    def feed(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-
-    def finish(self) -> Response:
-        data = load_object(b"".join(self._chunks), "response body")
-        try:
-            response = self._to_response(data)
-        except SHAPE_ERRORS as e:
-            raise DecodeError(f"response body has an unexpected shape: {e!r}") from e
-        self._complete = True  # an error body is whole too; Response.error tells it apart
-        return response
 
 
 def parse_arguments(raw: str) -> tuple[Any, bool]:
@@ -140,6 +101,27 @@ def _b64(data: str) -> bytes:
 
 def refusal(text: str) -> Other:
     return Other(data={"type": "refusal", "refusal": text})
+
+
+def token_usage(raw: Any, input_key: str, output_key: str) -> Usage:
+    """An OpenAI usage object as Usage. Chat Completions counts `prompt_tokens` and
+    `completion_tokens`, the Responses API `input_tokens` and `output_tokens`; both keep the
+    finer counts in `<key>_details`. `input_tokens` excludes the cached tokens, as records.Usage
+    says."""
+    if not isinstance(raw, dict):
+        return Usage()
+    total, cached = raw.get(input_key), _detail(raw, f"{input_key}_details", "cached_tokens")
+    uncached = total - cached if isinstance(total, int) and isinstance(cached, int) else total
+    return Usage(input_tokens=uncached, output_tokens=raw.get(output_key),
+                 cache_read_tokens=cached,
+                 cache_write_tokens=_detail(raw, f"{input_key}_details", "cache_write_tokens"),
+                 reasoning_tokens=_detail(raw, f"{output_key}_details", "reasoning_tokens"),
+                 raw=raw)
+
+
+def _detail(raw: dict[str, Any], group: str, name: str) -> Any:
+    details = raw.get(group)
+    return details.get(name) if isinstance(details, dict) else None
 
 
 # --- content parts -----------------------------------------------------------------------

@@ -20,14 +20,9 @@ from typing import Any
 
 import orjson
 
-from forge_record.decoders.openai_items import (
-    SHAPE_ERRORS,
-    BodyDecoder,
-    load_object,
-    parse_responses_request,
-)
+from forge_record.decoders.base import JsonBodyDecoder, decode_object, is_event_stream
+from forge_record.decoders.openai_items import parse_responses_request
 from forge_record.decoders.openai_responses_fold import ResponsesFold, response_record
-from forge_record.errors import DecodeError
 from forge_record.records import Request, Response
 from forge_record.sse import SSEDecoder
 
@@ -96,15 +91,12 @@ class OpenAIResponses:
         return _ROUTES.get(self._route(path) or "", "model")
 
     def parse_request(self, body: bytes) -> Request:
-        data = load_object(body, "request body")
-        try:
-            return parse_responses_request(data)
-        except SHAPE_ERRORS as e:
-            raise DecodeError(f"request body has an unexpected shape: {e!r}") from e
+        return decode_object(body, "request body", parse_responses_request)
 
-    def response_decoder(self, content_type: str) -> _StreamDecoder | BodyDecoder:
-        media_type = content_type.partition(";")[0].strip().lower()
-        return _StreamDecoder() if media_type == "text/event-stream" else BodyDecoder(_body_response)
+    def response_decoder(self, content_type: str) -> _StreamDecoder | JsonBodyDecoder:
+        if is_event_stream(content_type):
+            return _StreamDecoder()
+        return JsonBodyDecoder(_body_response)
 
 
 DIALECT = OpenAIResponses()

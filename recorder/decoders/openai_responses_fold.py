@@ -28,7 +28,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from forge_record.decoders.openai_items import SHAPE_ERRORS, item_blocks, output_metadata
+from forge_record.decoders.base import SHAPE_ERRORS
+from forge_record.decoders.openai_items import item_blocks, output_metadata, token_usage
 from forge_record.records import Response, Usage
 
 __all__ = ["ResponsesFold", "response_record", "responses_usage"]
@@ -46,21 +47,8 @@ _STOP_STATUSES = {"completed", "failed", "cancelled", "incomplete"}
 # --- a response object as a record -------------------------------------------------------
 
 
-def _detail(raw: dict[str, Any], group: str, name: str) -> Any:
-    details = raw.get(group)
-    return details.get(name) if isinstance(details, dict) else None
-
-
 def responses_usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-    total, cached = raw.get("input_tokens"), _detail(raw, "input_tokens_details", "cached_tokens")
-    uncached = total - cached if isinstance(total, int) and isinstance(cached, int) else total
-    return Usage(input_tokens=uncached, output_tokens=raw.get("output_tokens"),
-                 cache_read_tokens=cached,
-                 cache_write_tokens=_detail(raw, "input_tokens_details", "cache_write_tokens"),
-                 reasoning_tokens=_detail(raw, "output_tokens_details", "reasoning_tokens"),
-                 raw=raw)
+    return token_usage(raw, "input_tokens", "output_tokens")
 
 
 def _stop_reason(obj: dict[str, Any]) -> str | None:
