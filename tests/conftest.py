@@ -1,11 +1,29 @@
 """Shared test helpers. Test modules import them as `from conftest import ...` (pytest puts
-tests/ on sys.path; there is deliberately no tests/__init__.py)."""
+tests/ on sys.path; there is deliberately no tests/__init__.py).
+
+- `require`: skip a test whose prerequisite is missing (but fail under CI=true).
+- Decoder tests: the captured streams under tests/data/sse/<provider>/, the chunkings every
+  stream is decoded under, the decoding itself, and an httpx2 client that answers with a
+  captured stream so the official SDKs can read the very same bytes.
+"""
 
 from __future__ import annotations
 
 import os
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import httpx2
+import orjson
 import pytest
+from hypothesis import strategies as st
+
+from forge_record.errors import DecodeError
+from forge_record.records import Response, response_from_dict, response_to_dict
+
+SSE_DATA = Path(__file__).parent / "data" / "sse"
 
 
 def require(condition: bool, reason: str) -> None:
@@ -26,3 +44,85 @@ def _isolated_home(tmp_path, monkeypatch):
     """No test touches the user's real data dir or store."""
     monkeypatch.setenv("FORGE_RECORD_HOME", str(tmp_path / "forge-record-home"))
     monkeypatch.delenv("FORGE_RECORD_STORE", raising=False)
+
+
+# --- decoder tests -----------------------------------------------------------------------
+
+Decoded = tuple[Response, bool]  # what a decoder's finish() gave, and its `complete`
+
+
+def sse_cases(provider: str) -> dict[str, bytes]:
+    """The captured streams tests/data/sse/<provider>/*.sse, by case name, in name order."""
+    return {p.stem: p.read_bytes() for p in sorted((SSE_DATA / provider).glob("*.sse"))}
+
+
+def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
+    """`body` cut at each offset in `cuts` (in any order, repeats ignored)."""
+    bounds = [0, *sorted(set(cuts)), len(body)]
+    return [body[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def chunkings(body: bytes, max_cuts: int = 60) -> Iterator[tuple[str, list[bytes]]]:
+    """(label, chunks): `body` one byte at a time, then cut at 1..max_cuts random places 20
+    times. Seeded by the body's length, so a failure names a chunking that can be rerun."""
+    yield "byte-by-byte", [body[i:i + 1] for i in range(len(body))]
+    rng = random.Random(len(body))
+    for n in range(20):
+        yield f"random-{n}", chunked(body, rng.sample(range(1, len(body)),
+                                                      rng.randint(1, max_cuts)))
+
+
+def decode_chunks(dialect: Any, content_type: str, chunks: list[bytes]) -> Decoded:
+    """Feed `chunks` to the dialect's decoder for `content_type`; (Response, complete)."""
+    decoder = dialect.response_decoder(content_type)
+    for chunk in chunks:
+        decoder.feed(chunk)
+    return decoder.finish(), decoder.complete
+
+
+def decode_json_body(dialect: Any, body: bytes) -> Decoded:
+    """A whole JSON body, fed in two halves (a body decoder must buffer, not parse a chunk)."""
+    half = len(body) // 2
+    return decode_chunks(dialect, "application/json", [body[:half], body[half:]])
+
+
+def assert_every_chunking_agrees(decode: Callable[[list[bytes]], Decoded], body: bytes,
+                                 max_cuts: int = 60) -> None:
+    """`decode` gives the same (Response, complete) for `body` under every chunking as whole."""
+    whole = decode([body])
+    for label, chunks in chunkings(body, max_cuts):
+        assert decode(chunks) == whole, label
+
+
+def assert_json_body_breaks_the_protocol(dialect: Any, body: bytes) -> None:
+    """The JSON body decoder raises DecodeError at finish and does not call itself complete."""
+    decoder = dialect.response_decoder("application/json")
+    decoder.feed(body)
+    with pytest.raises(DecodeError):
+        decoder.finish()
+    assert not decoder.complete
+
+
+def record_round_trip(response: Response) -> Response:
+    """`response` through its dict form and JSON, as the store keeps it."""
+    return response_from_dict(orjson.loads(orjson.dumps(response_to_dict(response))))
+
+
+def corrupted(body: bytes, data: Any) -> bytes:
+    """`body` with 1 to 12 bytes swapped for JSON/SSE punctuation, then cut, as drawn from
+    hypothesis' `data`."""
+    damaged = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 12))):
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        damaged[at] = data.draw(st.sampled_from(b'{}[]":,\n\r\x00\xff0a'))
+    return bytes(damaged[:data.draw(st.integers(0, len(damaged)))])
+
+
+def sse_http_client(body: bytes) -> httpx2.Client:
+    """An httpx2 client whose every request is answered 200 with `body` as an SSE stream:
+    hand it to an official SDK and the SDK reads our captured bytes."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return httpx2.Client(transport=httpx2.MockTransport(handler))

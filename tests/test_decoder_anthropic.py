@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import random
-from pathlib import Path
 
 import anthropic
-import httpx2
 import orjson
 import pytest
+from conftest import (
+    assert_every_chunking_agrees,
+    assert_json_body_breaks_the_protocol,
+    chunked,
+    decode_chunks,
+    decode_json_body,
+    record_round_trip,
+    sse_cases,
+    sse_http_client,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,32 +42,19 @@ from forge_record.records import (
     ToolResult,
     request_from_dict,
     request_to_dict,
-    response_from_dict,
     response_to_dict,
 )
 
-DATA = Path(__file__).parent / "data" / "sse" / "anthropic"
-CASES = {p.stem: p.read_bytes() for p in sorted(DATA.glob("*.sse"))}
+CASES = sse_cases("anthropic")
 COMPLETE_CASES = [name for name, body in CASES.items() if b"event: message_stop" in body]
 
 
-def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
-    bounds = [0, *sorted(set(cuts)), len(body)]
-    return [body[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
 def decode_stream(chunks: list[bytes]):
-    decoder = DIALECT.response_decoder("text/event-stream; charset=utf-8")
-    for chunk in chunks:
-        decoder.feed(chunk)
-    return decoder.finish(), decoder.complete
+    return decode_chunks(DIALECT, "text/event-stream; charset=utf-8", chunks)
 
 
 def decode_body(body: bytes):
-    decoder = DIALECT.response_decoder("application/json")
-    decoder.feed(body[: len(body) // 2])
-    decoder.feed(body[len(body) // 2 :])
-    return decoder.finish(), decoder.complete
+    return decode_json_body(DIALECT, body)
 
 
 def stream(name: str) -> Response:
@@ -70,19 +64,9 @@ def stream(name: str) -> Response:
 # --- the fold does not depend on chunking ------------------------------------------------
 
 
-def chunkings(body: bytes):
-    yield "byte-by-byte", [body[i : i + 1] for i in range(len(body))]
-    rng = random.Random(len(body))
-    for n in range(20):
-        cuts = rng.sample(range(1, len(body)), rng.randint(1, 60))
-        yield f"random-{n}", chunked(body, cuts)
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_every_chunking_gives_the_same_response(name):
-    whole, whole_complete = decode_stream([CASES[name]])
-    for label, chunks in chunkings(CASES[name]):
-        assert decode_stream(chunks) == (whole, whole_complete), label
+    assert_every_chunking_agrees(decode_stream, CASES[name])
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -93,20 +77,15 @@ def test_crlf_framing_gives_the_same_response(name):
 @pytest.mark.parametrize("name", CASES)
 def test_response_survives_the_record_round_trip(name):
     response = stream(name)
-    assert response_from_dict(orjson.loads(orjson.dumps(response_to_dict(response)))) == response
+    assert record_round_trip(response) == response
 
 
 # --- streamed and whole-body paths agree with the official SDK ------------------------------
 
 
 def sdk_final_message(body: bytes, surface: str) -> bytes:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    http_client = httpx2.Client(transport=httpx2.MockTransport(handler))
-    client = anthropic.Anthropic(
-        api_key="sk-ant-dummy", base_url="http://test", http_client=http_client, max_retries=0
-    )
+    client = anthropic.Anthropic(api_key="sk-ant-dummy", base_url="http://test",
+                                 http_client=sse_http_client(body), max_retries=0)
     messages = client.beta.messages if surface == "beta" else client.messages
     with messages.stream(
         model="claude-haiku-4-5",  # what is asked does not matter; the mock answers
@@ -357,11 +336,7 @@ def test_json_count_tokens_body():
 @pytest.mark.parametrize("body", [b"", b"<html>502 Bad Gateway</html>", b"[1, 2]",
                                   b'{"content": 5}'])
 def test_json_body_that_breaks_the_protocol_raises_decode_error(body):
-    decoder = DIALECT.response_decoder("application/json")
-    decoder.feed(body)
-    with pytest.raises(DecodeError):
-        decoder.finish()
-    assert not decoder.complete
+    assert_json_body_breaks_the_protocol(DIALECT, body)
 
 
 # --- requests ----------------------------------------------------------------------------

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import random
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import httpx2
 import orjson
 import pytest
+from conftest import (
+    SSE_DATA,
+    assert_every_chunking_agrees,
+    chunkings,
+    decode_chunks,
+    record_round_trip,
+    sse_cases,
+    sse_http_client,
+)
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
@@ -43,34 +50,20 @@ from forge_record.records import (
     Tool,
     ToolCall,
     ToolResult,
-    response_from_dict,
-    response_to_dict,
 )
 from forge_record.trust import ca_files, confdir
 
-DATA = Path(__file__).parent / "data" / "sse" / "gemini"
-CASES = {p.stem: p.read_bytes() for p in sorted(DATA.glob("*.sse"))}
+DATA = SSE_DATA / "gemini"
+CASES = sse_cases("gemini")
 PLAIN = [n for n in CASES if n != "code_assist"]  # the SDK speaks the Gemini API only
 SIG = "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2"
 
 
-def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
-    bounds = [0, *sorted(set(cuts)), len(body)]
-    return [body[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
-
-
-def chunkings(body: bytes):
-    yield "byte-by-byte", [body[i:i + 1] for i in range(len(body))]
-    rng = random.Random(len(body))
-    for n in range(20):
-        yield f"random-{n}", chunked(body, rng.sample(range(1, len(body)), rng.randint(1, 40)))
+MAX_CUTS = 40  # random chunkings cut a stream in at most this many places
 
 
 def decode(chunks: list[bytes], dialect=GENERATE, content_type="text/event-stream"):
-    decoder = dialect.response_decoder(content_type)
-    for chunk in chunks:
-        decoder.feed(chunk)
-    return decoder.finish(), decoder.complete
+    return decode_chunks(dialect, content_type, chunks)
 
 
 def stream(name: str, dialect=None):
@@ -83,9 +76,7 @@ def stream(name: str, dialect=None):
 @pytest.mark.parametrize("name", CASES)
 def test_every_chunking_gives_the_same_response(name):
     dialect = CODE_ASSIST if name == "code_assist" else GENERATE
-    whole = decode([CASES[name]], dialect)
-    for label, chunks in chunkings(CASES[name]):
-        assert decode(chunks, dialect) == whole, label
+    assert_every_chunking_agrees(lambda chunks: decode(chunks, dialect), CASES[name], MAX_CUTS)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -99,7 +90,7 @@ def test_line_endings_do_not_matter(name):
 @pytest.mark.parametrize("name", CASES)
 def test_response_survives_the_record_round_trip(name):
     response, _ = stream(name)
-    assert response_from_dict(orjson.loads(orjson.dumps(response_to_dict(response)))) == response
+    assert record_round_trip(response) == response
 
 
 # --- the official SDK reads the same bytes the same way --------------------------------------
@@ -109,12 +100,8 @@ def sdk_chunks(body: bytes) -> tuple[list[dict], dict | None, list[str]]:
     """What google-genai makes of a stream: its chunks as wire JSON, the API error it raised,
     and the event it could not parse (a stream cut inside one)."""
 
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    http = httpx2.Client(transport=httpx2.MockTransport(handler))
     client = genai.Client(api_key="dummy-gemini-key",
-                         http_options=genai_types.HttpOptions(httpx_client=http))
+                          http_options=genai_types.HttpOptions(httpx_client=sse_http_client(body)))
     chunks, error, undecodable = [], None, []
     try:
         for chunk in client.models.generate_content_stream(model="gemini-2.5-flash",
@@ -287,7 +274,7 @@ def test_json_array_form():
     body = (DATA / "array_stream.json").read_bytes()
     whole, complete = decode([body], content_type="application/json")
     assert whole.content == [Text(text="Hello there, how can I help?")] and complete
-    for label, chunks in chunkings(body):
+    for label, chunks in chunkings(body, MAX_CUTS):
         assert decode(chunks, content_type="application/json") == (whole, complete), label
     cut, cut_complete = decode([body[:-40]], content_type="application/json")
     assert cut.content == [Text(text="Hello")] and not cut_complete

@@ -8,67 +8,43 @@ fed to our JSON decoder, must give the same Response as our streamed fold.
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-
-import httpx2
 import openai
 import orjson
 import pytest
+from conftest import (
+    assert_every_chunking_agrees,
+    assert_json_body_breaks_the_protocol,
+    chunked,
+    corrupted,
+    decode_chunks,
+    decode_json_body,
+    record_round_trip,
+    sse_cases,
+    sse_http_client,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forge_record.decoders import dialect_for
 from forge_record.decoders.openai_chat import DIALECT
 from forge_record.errors import DecodeError
-from forge_record.records import (
-    Media,
-    Message,
-    Other,
-    Reasoning,
-    Text,
-    Tool,
-    ToolCall,
-    ToolResult,
-    response_from_dict,
-    response_to_dict,
-)
+from forge_record.records import Media, Message, Other, Reasoning, Text, Tool, ToolCall, ToolResult
 
-DATA = Path(__file__).parent / "data" / "sse" / "openai_chat"
-CASES = {p.stem: p.read_bytes() for p in sorted(DATA.glob("*.sse"))}
+CASES = sse_cases("openai_chat")
 DONE_CASES = [name for name, body in CASES.items() if b"data: [DONE]" in body]
 SSE = "text/event-stream; charset=utf-8"
 
 
-def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
-    bounds = [0, *sorted(set(cuts)), len(body)]
-    return [body[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
 def decode_stream(chunks: list[bytes]):
-    decoder = DIALECT.response_decoder(SSE)
-    for chunk in chunks:
-        decoder.feed(chunk)
-    return decoder.finish(), decoder.complete
+    return decode_chunks(DIALECT, SSE, chunks)
 
 
 def decode_body(body: bytes):
-    decoder = DIALECT.response_decoder("application/json")
-    decoder.feed(body[: len(body) // 2])
-    decoder.feed(body[len(body) // 2 :])
-    return decoder.finish(), decoder.complete
+    return decode_json_body(DIALECT, body)
 
 
 def stream(name: str):
     return decode_stream([CASES[name]])[0]
-
-
-def chunkings(body: bytes):
-    yield "byte-by-byte", [body[i : i + 1] for i in range(len(body))]
-    rng = random.Random(len(body))
-    for n in range(20):
-        cuts = rng.sample(range(1, len(body)), rng.randint(1, 60))
-        yield f"random-{n}", chunked(body, cuts)
 
 
 # --- the fold does not depend on chunking ------------------------------------------------
@@ -76,9 +52,7 @@ def chunkings(body: bytes):
 
 @pytest.mark.parametrize("name", CASES)
 def test_every_chunking_gives_the_same_response(name):
-    whole = decode_stream([CASES[name]])
-    for label, chunks in chunkings(CASES[name]):
-        assert decode_stream(chunks) == whole, label
+    assert_every_chunking_agrees(decode_stream, CASES[name])
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -89,18 +63,15 @@ def test_crlf_framing_gives_the_same_response(name):
 @pytest.mark.parametrize("name", CASES)
 def test_response_survives_the_record_round_trip(name):
     response = stream(name)
-    assert response_from_dict(orjson.loads(orjson.dumps(response_to_dict(response)))) == response
+    assert record_round_trip(response) == response
 
 
 # --- streamed and whole-body paths agree with the official SDK ------------------------------
 
 
 def sdk_final_completion(body: bytes) -> bytes:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
     client = openai.OpenAI(api_key="sk-dummy-key", base_url="http://test/v1", max_retries=0,
-                           http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+                           http_client=sse_http_client(body))
     with client.chat.completions.stream(
         model="gpt-4.1",  # what is asked does not matter; the transport answers
         messages=[{"role": "user", "content": "hi"}],
@@ -271,12 +242,7 @@ def test_any_chunking_gives_the_same_response(name, cuts):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(sorted(CASES)), data=st.data())
 def test_corrupted_stream_never_raises(name, data):
-    body = bytearray(CASES[name])
-    for _ in range(data.draw(st.integers(1, 12))):
-        at = data.draw(st.integers(0, len(body) - 1))
-        body[at] = data.draw(st.sampled_from(b'{}[]":,\n\r\x00\xff0a'))
-    cut = data.draw(st.integers(0, len(body)))
-    decode_stream([bytes(body[:cut])])  # must not raise
+    decode_stream([corrupted(CASES[name], data)])  # must not raise
 
 
 json_values = st.recursive(
@@ -363,11 +329,7 @@ def test_json_error_body():
 @pytest.mark.parametrize("body", [b"", b"<html>502 Bad Gateway</html>", b"[1, 2]",
                                   b'{"choices": 5}'])
 def test_json_body_that_breaks_the_protocol_raises_decode_error(body):
-    decoder = DIALECT.response_decoder("application/json")
-    decoder.feed(body)
-    with pytest.raises(DecodeError):
-        decoder.finish()
-    assert not decoder.complete
+    assert_json_body_breaks_the_protocol(DIALECT, body)
 
 
 # --- requests ----------------------------------------------------------------------------
