@@ -2,9 +2,12 @@
 database, on compression or on the disk.
 
 Contract:
-- submit_*() never block and never raise: they put the item on a bounded queue. If the queue
-  is full (the store has stalled for a long while) the item is dropped, counted in `dropped`,
-  and a warning names it.
+- submit_*() never block and never raise: they put the item on a bounded in-memory queue
+  (`maxsize` items, `max_bytes` of bodies). If the queue is full (the store has stalled for
+  a long while), the item and every one after it go to the spool instead (store.spool), by a
+  second thread, the spiller, so the caller never waits on the disk; counted in `overflowed`.
+  Once the queue has emptied, the writer thread writes the spool into the store, and then
+  takes from the queue again: items are written in submission order.
 - The thread takes whatever is queued (up to BATCH items) and writes it in one transaction,
   in submission order. `prepare`, if given, turns each exchange into the one to store (e.g.
   parsing the request body), in the thread; if it raises, the error is logged and the
@@ -24,16 +27,20 @@ Contract:
   down), stops the thread and closes the store. Items still spooled then are written by the
   next writer for this store.
 - A SIGKILLed recorder loses only what was queued and not yet committed or spooled: with a
-  store that keeps up, the exchange in flight.
+  store that keeps up, the exchange in flight. (`forge-record run` puts the writer in a
+  process of its own, which a SIGKILLed recorder does not take down: recorder/storing.py.)
+- Items spooled after an overflow were prepared by the spiller, one at a time, in order;
+  only around the moment the store goes down while the queue is full can a spooled batch
+  land after newer items in the spool.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,7 +57,7 @@ log = logging.getLogger("forge_record")
 
 BATCH = 64
 RETRY_EVERY = 2.0
-_STOP = object()
+MAX_QUEUED_BYTES = 256 << 20  # bodies held in memory before the rest goes to the spool
 
 
 def default_spool_dir() -> Path:
@@ -71,6 +78,7 @@ class Writer:
         spool_dir: Path | None = None,
         heartbeat_every: float = HEARTBEAT_EVERY,
         retry_every: float = RETRY_EVERY,
+        max_bytes: int = MAX_QUEUED_BYTES,
     ) -> None:
         """`store` may be None if it did not answer yet; then `opener` (called again every
         `retry_every` seconds) and `store_fingerprint` are needed. See Writer.open."""
@@ -79,23 +87,33 @@ class Writer:
         self.store = store
         self._opener = opener
         self._prepare = prepare
-        self.written = 0  # only the writer thread changes the counters but `dropped`
+        self.written = 0  # each counter is changed by one thread only
         self.failed = 0
-        self.dropped = 0
-        self.spooled = 0
+        self.dropped = 0  # submitted after close()
+        self.spooled = 0  # by the writer thread, while the store was down
+        self.overflowed = 0  # by the spiller, while the queue was full
         self.replayed = 0
         self.batches = 0  # transactions the store was asked for, for tests and benchmarks
         self.spool_left = 0  # after close(): items left in the spool for the next run, and where
         self.spool_file: Path | None = None
         self._spool = spooling.Spool(spool_dir or default_spool_dir(),
                                      store_fingerprint or store.fingerprint)
+        self._spool_lock = threading.Lock()  # the writer thread and the spiller share these
+        self._prepare_lock = threading.Lock()
         self._down = store is None
         self._last_try = time.monotonic()
         self._heartbeat_every, self._retry_every = heartbeat_every, retry_every
         self._live: set[str] = set()  # sessions this writer records, for the heartbeat
         self._lock = threading.Lock()  # submitters may be on several threads
         self._closed = False
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize)
+        self._maxsize, self._max_bytes = maxsize, max_bytes
+        self._queue: deque[Item] = deque()
+        self._queued_bytes = 0
+        self._wake = threading.Event()  # set when the queue has something for the thread
+        self._overflow: deque[Item] = deque()  # for the spiller, while `_overflowing`
+        self._overflowing = False
+        self._spill_wake = threading.Event()
+        self._spiller: threading.Thread | None = None
         self._thread = threading.Thread(target=self._run, name="forge-record-writer", daemon=True)
         self._thread.start()
 
@@ -136,20 +154,21 @@ class Writer:
         self._submit(EndSession(session_id, ended_at, exit_code, harness_version))
 
     def close(self, timeout: float = 30) -> None:
-        """Drain the queue (waiting at most `timeout` seconds in all), then close the store."""
-        with self._lock:  # a submit either lands before _STOP or sees _closed
+        """Write everything submitted (waiting at most `timeout` seconds in all), then close
+        the store."""
+        with self._lock:  # a submit either lands before this or sees _closed
             if self._closed:
                 return
             self._closed = True
         deadline = time.monotonic() + timeout
-        try:
-            self._queue.put(_STOP, timeout=timeout)
-            self._thread.join(max(0.0, deadline - time.monotonic()))
-        except queue.Full:
-            pass
+        if self._spiller is not None:
+            self._spill_wake.set()
+            self._spiller.join(timeout)
+        self._wake.set()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             log.error("forge-record: %d writes still pending after %ss; they are lost",
-                      self._queue.qsize(), timeout)
+                      len(self._queue), timeout)
         elif self._spool.path is not None:
             log.warning("forge-record: the store did not answer; %d items wait in %s and are "
                         "written by the next `forge-record run` with this store",
@@ -161,43 +180,103 @@ class Writer:
 
     def _submit(self, item: Item) -> None:
         with self._lock:
-            try:
-                if self._closed:
-                    raise queue.Full
-                self._queue.put_nowait(item)
+            if not self._closed:
+                size = _size(item)
+                if not self._overflowing and (len(self._queue) < self._maxsize and
+                                              self._queued_bytes + size <= self._max_bytes):
+                    self._queue.append(item)
+                    self._queued_bytes += size
+                    if not self._wake.is_set():
+                        self._wake.set()
+                    return
+                self._overflow_to_spool(item)
                 return
-            except queue.Full:
-                self.dropped += 1
-        reason = "writer is closed" if self._closed else "write queue is full"
-        log.warning("forge-record: %s, dropped %s", reason, describe(item))
+            self.dropped += 1
+        log.warning("forge-record: writer is closed, dropped %s", describe(item))
+
+    def _overflow_to_spool(self, item: Item) -> None:
+        """Under _lock: the queue is full; this item and the ones after it go to the spool."""
+        if not self._overflowing:
+            self._overflowing = True
+            log.warning("forge-record: the store is not keeping up; spooling %s and what "
+                        "follows until it catches up", describe(item))
+        self._overflow.append(item)
+        self._spill_wake.set()
+        if self._spiller is None:
+            self._spiller = threading.Thread(target=self._spill_overflow, daemon=True,
+                                             name="forge-record-spiller")
+            self._spiller.start()
+
+    # --- the spiller thread ------------------------------------------------------------
+
+    def _spill_overflow(self) -> None:
+        while True:
+            self._spill_wake.wait()
+            self._spill_wake.clear()
+            while True:
+                with self._lock:
+                    items, closing = list(self._overflow), self._closed
+                if not items:
+                    break
+                prepared = [self._prepared(i) for i in items]
+                with self._spool_lock:
+                    spilled = self._spill(prepared)
+                with self._lock:  # they stay in _overflow until spooled: see _catch_up
+                    for _ in items:
+                        self._overflow.popleft()
+                self.overflowed += spilled
+                self._wake.set()  # the writer thread writes the spool once it is free
+            if closing:
+                return
 
     # --- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
         if not self._down:
             self._replay_orphans()
-        stopping = False
-        while not stopping:
-            try:
-                first = self._queue.get(timeout=self._retry_every if self._down
-                                        else self._heartbeat_every)
-            except queue.Empty:
+        while True:
+            if not self._wake.wait(self._retry_every if self._down else self._heartbeat_every):
                 self._idle()
                 continue
-            batch = [first]
-            while len(batch) < BATCH and batch[-1] is not _STOP:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
+            self._wake.clear()
+            while batch := self._take(BATCH):
+                self._write([self._prepared(i) for i in batch])
+            self._catch_up()
+            with self._lock:
+                if self._closed and not self._queue and not self._overflow:
                     break
-            stopping = batch[-1] is _STOP
-            items = [self._prepared(i) for i in batch if i is not _STOP]
-            if items:
-                self._write(items)
         if self._down:
             self._recover(force=True)
 
+    def _take(self, n: int) -> list[Item]:
+        with self._lock:
+            batch = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
+            self._queued_bytes -= sum(_size(i) for i in batch)
+        return batch
+
+    def _catch_up(self) -> None:
+        """The queue is empty: write what overflowed into the spool, then take from the queue
+        again. Everything spooled is older than what is queued after the spiller is done."""
+        if not self._overflowing or self._down:
+            return
+        try:
+            with self._spool_lock:
+                self.replayed += self._spool.drain(self._replay_write)
+        except StoreUnavailable as e:
+            self._down, self._last_try = True, time.monotonic()
+            log.warning("forge-record: %s; spooling until the store answers again", e)
+            return
+        with self._lock:
+            if not self._overflow and self._spool.count == 0:
+                self._overflowing = False
+                log.warning("forge-record: the store caught up; %d items went through the "
+                            "spool", self.overflowed)
+
     def _prepared(self, item: Item) -> Item:
+        with self._prepare_lock:  # the writer thread, or the spiller after an overflow
+            return self._prepare_item(item)
+
+    def _prepare_item(self, item: Item) -> Item:
         if isinstance(item, AddSession):
             self._live.add(item.session.id)
         elif isinstance(item, EndSession):
@@ -212,7 +291,7 @@ class Writer:
 
     def _write(self, items: list[Item]) -> None:
         if self._down and not self._recover():
-            self._spill(items)
+            self._spool_down(items)
             return
         try:
             self.batches += 1
@@ -238,15 +317,21 @@ class Writer:
     def _went_down(self, error: StoreError, items: list[Item]) -> None:
         log.warning("forge-record: %s; spooling until the store answers again", error)
         self._down, self._last_try = True, time.monotonic()
-        self._spill(items)
+        self._spool_down(items)
 
-    def _spill(self, items: list[Item]) -> None:
+    def _spool_down(self, items: list[Item]) -> None:
+        with self._spool_lock:
+            self.spooled += self._spill(items)
+
+    def _spill(self, items: list[Item]) -> int:
+        """Append to the spool; how many went there (the others are lost and logged)."""
         try:
             self._spool.append(items)
-            self.spooled += len(items)
         except OSError:
             self.failed += len(items)
             log.exception("forge-record: cannot spool %d items; they are lost", len(items))
+            return 0
+        return len(items)
 
     def _recover(self, force: bool = False) -> bool:
         """Whether the store answers again, after replaying the spool into it."""
@@ -257,7 +342,8 @@ class Writer:
             if self.store is None:
                 self.store = self._opener()
             self.store.ping()
-            self.replayed += self._spool.drain(self._replay_write)
+            with self._spool_lock:
+                self.replayed += self._spool.drain(self._replay_write)
         except StoreUnavailable:
             return False
         except StoreError:
@@ -315,6 +401,12 @@ class Writer:
                 self.store.heartbeat(sorted(self._live))
             except StoreError as e:
                 log.info("forge-record: heartbeat not written: %s", e)
+
+
+def _size(item: Item) -> int:
+    if isinstance(item, AddExchange):
+        return len(item.exchange.raw_request) + len(item.exchange.raw_response)
+    return 0
 
 
 class _OrphanReplay:

@@ -184,29 +184,55 @@ def test_an_idle_writer_keeps_its_sessions_alive(url):
 # --- SQLite only -------------------------------------------------------------------------
 
 
-def test_full_queue_drops_and_warns_without_blocking(tmp_path, caplog):
+def test_a_full_queue_overflows_to_the_spool_and_is_written_in_order(tmp_path, caplog):
     url = default_store_url(tmp_path)
-    writer = writer_for(url, maxsize=1)
+    writer = writer_for(url, maxsize=2, spool_dir=tmp_path / "spool")
     locker = sqlite3.connect(tmp_path / "traces.db", isolation_level=None)
     locker.execute("BEGIN IMMEDIATE")  # hold the write lock: the writer thread must wait
     try:
         writer.submit_session(Session(id="s"))
         deadline = time.monotonic() + 5
-        while writer._queue.qsize() and time.monotonic() < deadline:
+        while writer._queue and time.monotonic() < deadline:
             time.sleep(0.01)  # until the writer has taken the session and is blocked on it
         with caplog.at_level(logging.WARNING, logger="forge_record"):
-            started = time.monotonic()
-            for seq in range(3):
-                writer.submit_exchange("s", exchange(seq))  # 0 is queued, 1 and 2 are dropped
-            assert time.monotonic() - started < 0.5
+            for seq in range(6):  # 0 and 1 are queued, 2 to 5 overflow
+                writer.submit_exchange("s", exchange(seq))
+            deadline = time.monotonic() + 5
+            while writer.overflowed < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        # spooled while the store is still locked: on disk, not waiting in memory
+        assert writer.overflowed == 4
+        assert writer.spool_path is not None and writer.spool_path.exists()
+        assert writer.written == 0
     finally:
         locker.execute("ROLLBACK")
         locker.close()
     writer.close()
-    assert (writer.written, writer.failed, writer.dropped) == (2, 0, 2)
-    assert seqs_in_write_order(url) == [0]
+    assert (writer.written, writer.failed, writer.dropped, writer.replayed) == (3, 0, 0, 4)
+    assert seqs_in_write_order(url) == [0, 1, 2, 3, 4, 5]
+    assert writer.spool_left == 0 and not list((tmp_path / "spool").glob("*.spool"))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("dropped exchange 2 of session s" in w for w in warnings)
+    assert any("spooling exchange 2 of session s" in w for w in warnings)
+
+
+def test_after_an_overflow_new_items_queue_again(tmp_path):
+    url = default_store_url(tmp_path)
+    writer = writer_for(url, maxsize=1, spool_dir=tmp_path / "spool")
+    locker = sqlite3.connect(tmp_path / "traces.db", isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    writer.submit_session(Session(id="s"))
+    for seq in range(4):
+        writer.submit_exchange("s", exchange(seq))
+    locker.execute("ROLLBACK")
+    locker.close()
+    deadline = time.monotonic() + 10
+    while writer._overflowing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not writer._overflowing  # caught up: the spool was written, the queue is used again
+    writer.submit_exchange("s", exchange(4))
+    writer.close()
+    assert writer.overflowed >= 1 and writer.spooled == 0
+    assert seqs_in_write_order(url) == [0, 1, 2, 3, 4]
 
 
 KILLED_RECORDER = """
