@@ -28,7 +28,8 @@ Contract:
   next writer for this store.
 - A SIGKILLed recorder loses only what was queued and not yet committed or spooled: with a
   store that keeps up, the exchange in flight. (`forge-record run` puts the writer in a
-  process of its own, which a SIGKILLed recorder does not take down: recorder/storing.py.)
+  process of its own, which a SIGKILLed recorder does not take down: recorder/
+  writer_process.py.)
 - Items spooled after an overflow were prepared by the spiller, one at a time, in order;
   only around the moment the store goes down while the queue is full can a spooled batch
   land after newer items in the spool.
@@ -142,6 +143,9 @@ class Writer:
         return self._spool.path
 
     # --- submitting (any thread) ------------------------------------------------------
+
+    def submit(self, item: Item) -> None:
+        self._submit(item)
 
     def submit_session(self, session: Session) -> None:
         self._submit(AddSession(session, os.getpid(), time.time()))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import getpass
 import os
 import secrets
@@ -100,10 +99,11 @@ def record(
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
     from forge_record.addons.websocket import WebSocketRecorder
-    from forge_record.capture import finalize
-    from forge_record.chain import ResponseChains
-    from forge_record.store import Writer
+    from forge_record.writer_process import WriterProcess
 
+    # The store is opened, and exchanges are folded, redacted and written, in a process of
+    # its own (forge_record.writer_process), while this one starts the proxy.
+    writer = WriterProcess(url, redact_bodies=redactor is not None, verbose=verbose)
     session = Session(
         id=secrets.token_hex(8),
         harness=shim.name,
@@ -114,10 +114,6 @@ def record(
         tags=tags,
         started_at=time.time(),
     )
-    prepare = functools.partial(finalize, redactor=redactor)
-    chains = ResponseChains()  # rebuilds WebSocket calls' full context, in the writer thread
-    # Writer.open records into the spool if a Postgres store is down (it writes it later).
-    writer = Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)))
     writer.submit_session(session)
     seen = _VersionSniffer(shim)
 
@@ -139,6 +135,7 @@ def record(
     exit_code = None
     try:
         proxy_url = f"http://127.0.0.1:{proxy.start()}"
+        writer.ready()  # a store that cannot be opened fails here, before the agent starts
         env = dict(os.environ)
         if route.mode == "reverse":
             env.update(shim.reverse_env(proxy_url, env))

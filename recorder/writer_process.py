@@ -1,0 +1,241 @@
+"""The store writer in a process of its own, fed through a pipe.
+
+`forge-record run` hands every finished exchange to this process instead of to a writer
+thread beside the proxy. Folding a response, parsing a request, redacting, compressing and
+the database all cost Python time; in the proxy's process that time is taken under the same
+GIL as the event loop that streams the agent's calls, which then waits for it. Here it runs
+on another core, and the proxy's part is to queue the item and pickle it on a sender thread.
+
+It is also what keeps a finished exchange when the recorder is killed: the items already in
+the pipe are read, written and committed by this process after its parent is gone (it sees
+the end of its input and closes the writer, which writes everything it has).
+
+The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodies] [-v]`:
+- its stdin carries items, each a 4-byte big-endian length and a pickle of a store Item;
+- on stdout it says `ready` once the store is open (or `error: MESSAGE` and exits 1), and
+  after its input ends, one JSON line of the writer's counters;
+- its stderr is the recorder's: its warnings reach the same terminal;
+- it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
+  reach it; it ends when its input does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+from forge_record.errors import ForgeRecordError, StoreError
+from forge_record.records import Exchange, Session
+from forge_record.store.write import AddExchange, AddSession, EndSession, Item
+
+log = logging.getLogger("forge_record")
+
+_COUNTERS = ("written", "failed", "dropped", "spooled", "overflowed", "replayed", "spool_left")
+
+
+class WriterProcess:
+    """A store Writer in a child process, with the Writer's interface: submit_*() never block
+    and never raise; close() waits for everything to be written; the counters are read at
+    close. Start it early and call `ready()` before recording: opening the store overlaps
+    with starting the proxy."""
+
+    def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0) -> None:
+        argv = [sys.executable, "-m", "forge_record.writer_process", url]
+        argv += [] if redact_bodies else ["--no-redact-bodies"]
+        argv += ["-v"] * verbose
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      start_new_session=True)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._pipe, self._answers = self._proc.stdin, self._proc.stdout
+        for name in _COUNTERS:
+            setattr(self, name, 0)
+        self.spool_file: Path | None = None
+        self._pending: deque[Item] = deque()
+        self._wake = threading.Event()
+        self._closed = False
+        self._broken = False
+        self._sender = threading.Thread(target=self._send, name="forge-record-sender",
+                                        daemon=True)
+        self._sender.start()
+
+    def ready(self) -> None:
+        """Wait until the child has opened the store; StoreError with its message if it
+        could not."""
+        line = self._answers.readline().decode(errors="replace").strip()
+        if line == "ready":
+            return
+        self._closed = self._broken = True  # nothing more is sent; close() only reaps it
+        self._wake.set()
+        self._proc.wait()
+        if line.startswith("error: "):
+            raise StoreError(line.removeprefix("error: "))
+        raise StoreError(f"the store writer did not start (exit {self._proc.returncode})")
+
+    # --- submitting (any thread, never blocks) ---------------------------------------------
+
+    def submit_session(self, session: Session) -> None:
+        self._submit(AddSession(session, os.getpid(), time.time()))
+
+    def submit_exchange(self, session_id: str, exchange: Exchange) -> None:
+        self._submit(AddExchange(session_id, exchange))
+
+    def submit_end(self, session_id: str, ended_at: float, exit_code: int | None,
+                   harness_version: str | None = None) -> None:
+        self._submit(EndSession(session_id, ended_at, exit_code, harness_version))
+
+    def _submit(self, item: Item) -> None:
+        if self._closed:
+            if not self._broken:  # a writer that never started has nothing to say
+                self.dropped += 1
+                log.warning("forge-record: writer is closed, dropped an item")
+            return
+        self._pending.append(item)  # deque.append is atomic; the sender pickles it
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def close(self, timeout: float = 60) -> None:
+        """Send what is pending, end the child's input and wait for its counters."""
+        if self._closed:
+            self._sender.join(timeout)
+            self._proc.wait()
+            return
+        self._closed = True
+        self._wake.set()
+        self._sender.join(timeout)
+        try:
+            out, _ = self._proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            log.error("forge-record: the store writer is still busy after %ss; it goes on "
+                      "in the background (pid %d)", timeout, self._proc.pid)
+            return
+        self._read_counters(out)
+
+    # --- the sender thread -----------------------------------------------------------------
+
+    def _send(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            closing = self._closed
+            frames = []
+            while self._pending:
+                frames.append(frame(self._pending.popleft()))
+            if frames and not self._broken:
+                self._write(b"".join(frames))
+            elif frames:
+                self.dropped += len(frames)
+            if closing and not self._pending:
+                self._end_input()
+                return
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self._pipe.write(data)
+            self._pipe.flush()
+        except OSError as e:  # the child died: nothing more can be stored this run
+            self._broken = True
+            self.dropped += 1
+            log.error("forge-record: the store writer is gone (%s); exchanges from now on "
+                      "are not stored", e)
+
+    def _end_input(self) -> None:
+        try:
+            self._pipe.close()
+        except OSError:
+            pass
+        self._proc.stdin = None  # closed here: communicate() must not flush it
+
+    def _read_counters(self, out: bytes) -> None:
+        lines = out.decode(errors="replace").strip().splitlines()
+        try:
+            counters = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            counters = {}
+        if not counters:
+            log.error("forge-record: the store writer ended with exit %s without reporting; "
+                      "see its messages above", self._proc.returncode)
+            self.failed += 1
+            return
+        for name in _COUNTERS:
+            setattr(self, name, getattr(self, name) + counters.get(name, 0))
+        self.spool_file = Path(counters["spool_file"]) if counters.get("spool_file") else None
+
+
+def frame(item: Item) -> bytes:
+    data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(data).to_bytes(4, "big") + data
+
+
+def read_items(stream: IO[bytes]):
+    """The items of a WriterProcess's pipe, up to its end (a torn last item ends it too)."""
+    while len(head := stream.read(4)) == 4:
+        data = stream.read(int.from_bytes(head, "big"))
+        try:
+            yield pickle.loads(data)
+        except Exception:  # noqa: BLE001 - torn by the parent's death: nothing follows
+            log.warning("forge-record: the last item from the recorder was cut short")
+            return
+
+
+# --- the child ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="forge_record.writer_process")
+    ap.add_argument("url")
+    ap.add_argument("--no-redact-bodies", action="store_true")
+    ap.add_argument("-v", "--verbose", action="count", default=0)
+    args = ap.parse_args(argv)
+    from forge_record.commands.common import setup_logging
+
+    setup_logging(args.verbose)
+    out = sys.stdout
+    try:
+        writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies)
+    except (ForgeRecordError, OSError) as e:
+        _say(out, f"error: {e}")
+        return 1
+    _say(out, "ready")
+    for item in read_items(sys.stdin.buffer):
+        writer.submit(item)
+    writer.close()
+    counters: dict[str, Any] = {name: getattr(writer, name) for name in _COUNTERS}
+    counters["spool_file"] = str(writer.spool_file) if writer.spool_file else None
+    _say(out, json.dumps(counters))
+    return 0
+
+
+def _open_writer(url: str, *, redact_bodies: bool):
+    from forge_record import config
+    from forge_record.capture import finalize
+    from forge_record.chain import ResponseChains
+    from forge_record.paths import home
+    from forge_record.store import Writer
+
+    redactor = config.redactor(home()) if redact_bodies else None
+    prepare = functools.partial(finalize, redactor=redactor)
+    chains = ResponseChains()  # rebuilds WebSocket calls' full context
+    return Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)))
+
+
+def _say(out: IO[str], line: str) -> None:
+    try:
+        out.write(line + "\n")
+        out.flush()
+    except OSError:
+        pass  # the recorder is gone; what it sent is written all the same
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""forge_record.writer_process: the store writer in a child process, fed through a pipe.
+
+What `forge-record run` relies on: items sent are folded, redacted and stored by the child;
+a store that cannot be opened fails at `ready()` with its message; the counters come back
+at close; and a recorder SIGKILLed right after handing over an exchange loses nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from forge_record.errors import StoreError
+from forge_record.records import Exchange, Session
+from forge_record.store import default_store_url, open_store
+from forge_record.writer_process import WriterProcess
+
+SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub-token-shaped dummy
+STREAM = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":'
+    b'"message","role":"assistant","model":"claude-x","content":[],"usage":{"input_tokens":3,'
+    b'"output_tokens":1}}}\n\n'
+    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    b'"content_block":{"type":"text","text":""}}\n\n'
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"hello"}}\n\n'
+    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":2}}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+
+
+def captured(seq: int) -> Exchange:
+    """An exchange as the addon hands it over: raw bodies, response not folded yet."""
+    body = ('{"model":"claude-x","max_tokens":9,"stream":true,"messages":[{"role":"user",'
+            f'"content":"my token is {SECRET}"}}]}}').encode()
+    return Exchange(dialect="anthropic.messages", seq=seq, url="https://api.anthropic.com/v1/"
+                    "messages", status="pending", http_status=200, raw_request=body,
+                    raw_response=STREAM,
+                    response_headers={"content-type": "text/event-stream"})
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("FORGE_RECORD_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_items_are_folded_redacted_and_stored(tmp_path, home):
+    url = default_store_url(tmp_path)
+    writer = WriterProcess(url)
+    writer.ready()
+    writer.submit_session(Session(id="s", started_at=1.0))
+    for seq in (1, 2):
+        writer.submit_exchange("s", captured(seq))
+    writer.submit_end("s", 2.0, 0)
+    writer.close()
+    assert (writer.written, writer.failed, writer.dropped, writer.spool_left) == (4, 0, 0, 0)
+    with open_store(url) as store:
+        exchanges = list(store.iter_exchanges("s", raw=True))
+        assert [e.seq for e in exchanges] == [1, 2]
+        for ex in exchanges:
+            assert ex.status == "complete"
+            assert ex.response.content[0].text == "hello"
+            assert SECRET not in ex.request.messages[0].content[0].text
+            assert SECRET.encode() not in ex.raw_request
+        assert store.get_session("s").exit_code == 0
+    assert SECRET.encode() not in (tmp_path / "traces.db").read_bytes()
+
+
+def test_a_store_that_cannot_be_opened_fails_at_ready(tmp_path, home):
+    writer = WriterProcess("nosuch://x")
+    with pytest.raises(StoreError, match="unsupported store URL"):
+        writer.ready()
+    writer.submit_exchange("s", captured(1))  # quietly nothing: it never started
+    writer.close()
+    assert writer.dropped == 0
+
+
+KILLED = """
+import os, signal, sys, time
+from forge_record.records import Session
+from forge_record.writer_process import WriterProcess
+sys.path.insert(0, sys.argv[2])
+from test_writer_process import captured
+writer = WriterProcess(sys.argv[1])
+print(writer._proc.pid, flush=True)
+writer.ready()
+writer.submit_session(Session(id="s", host=__import__("socket").gethostname()))
+for seq in range(50):
+    writer.submit_exchange("s", captured(seq))
+while writer._pending:  # handed over: in the pipe or in the child
+    time.sleep(0.001)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_a_recorder_killed_right_after_handing_over_loses_nothing(tmp_path, home):
+    url = default_store_url(tmp_path)
+    recorder = subprocess.Popen([sys.executable, "-c", KILLED, url, os.path.dirname(__file__)],
+                                stdout=subprocess.PIPE, text=True)
+    child = int(recorder.stdout.readline())
+    assert recorder.wait(60) == -signal.SIGKILL
+    deadline = time.monotonic() + 60
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the writer process did not end after its recorder died"
+    with open_store(url) as store:
+        assert sorted(store.seqs("s")) == list(range(50))
+        assert store.session_summary("s")["status"] == "interrupted"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (its parent is gone but init has not reaped it yet) counts as ended
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
