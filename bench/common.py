@@ -62,9 +62,12 @@ class Child:
 
     def cpu_seconds(self) -> float:
         """user + system CPU of the whole process (all threads), from /proc/<pid>/stat."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces
-        return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+        return _stat(self.pid)[1]
+
+    def tree_cpu_seconds(self) -> float:
+        """The same for the process and every process it started that is still running
+        (forge-record's store writer, the agent it launched)."""
+        return sum(_stat(pid)[1] for pid in _descendants(self.pid) | {self.pid})
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -77,6 +80,26 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def _stat(pid: int) -> tuple[int, float]:
+    """(parent pid, user + system CPU seconds) of a process, 0 CPU if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0, 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLK_TCK  # ppid, utime+stime
+
+
+def _descendants(pid: int) -> set[int]:
+    parents = {int(d.name): _stat(int(d.name))[0] for d in Path("/proc").iterdir()
+               if d.name.isdigit()}
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
 
 
 class Children:
@@ -116,6 +139,11 @@ class Proxy:
     stored: int = 0  # forge: model calls known to be stored so far
 
     def cpu_seconds(self) -> float:
+        """All of the proxy's processes: forge-record's store writer included."""
+        return self.child.tree_cpu_seconds()
+
+    def proxy_cpu_seconds(self) -> float:
+        """The process that runs the proxy alone."""
         return self.child.cpu_seconds()
 
     def drain(self, expected: int, timeout: float = 120.0) -> float:

@@ -7,75 +7,42 @@ main), so the benchmarks measure the recorder as `forge-record run` wires it tod
 that wiring becomes. The experiments change one thing, to find out what a cost is due to;
 their figures are diagnostics, never the headline:
   --switch-interval S   sys.setswitchinterval(S) (CPython's default is 0.005 s)
-  --null-sink           the store writer drops every exchange: capture and decode only
-  --defer-sink          exchanges are queued for the writer one event-loop turn later
-  --linger-ms MS        exchanges are queued for the writer MS milliseconds later
+  --null-sink           the store writer drops every exchange: capture only
+  --writer-thread       the store writer is a thread in the proxy's process (store.Writer)
+                        instead of a process of its own, as before forge_record.writer_process
   --gc-freeze           gc.freeze() once the proxy listens: the cyclic GC then never walks
                         the objects that start-up made (SQLAlchemy, mitmproxy, ...)
-  --fold-after-send     each chunk is decoded on the event loop's next turn, after mitmproxy
-                        has sent it on (the capture folds what is pending before finishing)
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 
 def _null_sink() -> None:
+    from forge_record.writer_process import WriterProcess
+
+    WriterProcess.submit_exchange = lambda self, *args, **kwargs: None
+
+
+def _writer_thread() -> None:
+    import functools
+
+    from forge_record import config, writer_process
+    from forge_record.capture import finalize
+    from forge_record.chain import ResponseChains
+    from forge_record.paths import home
     from forge_record.store import Writer
 
-    Writer.submit_exchange = lambda self, *args, **kwargs: None
+    def thread_writer(url, *, redact_bodies=True, verbose=0):
+        redactor = config.redactor(home()) if redact_bodies else None
+        prepare, chains = functools.partial(finalize, redactor=redactor), ResponseChains()
+        writer = Writer.open(url, prepare=lambda ex: chains.stitch(prepare(ex)))
+        writer.ready = lambda: None  # opened already
+        return writer
 
-
-def _defer_sink(delay: float | None) -> None:
-    """Queue each exchange later (None: on the event loop's next turn), from the loop."""
-    from forge_record.store import Writer
-
-    submit = Writer.submit_exchange
-
-    def deferred(self, *args, **kwargs):
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return submit(self, *args, **kwargs)
-        if delay is None:
-            loop.call_soon(lambda: submit(self, *args, **kwargs))
-        else:
-            loop.call_later(delay, lambda: submit(self, *args, **kwargs))
-
-    Writer.submit_exchange = deferred
-
-
-def _fold_after_send() -> None:
-    from forge_record.addons.recorder import Recorder
-
-    responseheaders = Recorder.responseheaders
-
-    def deferring(self, flow):
-        responseheaders(self, flow)
-        tee = flow.response.stream
-        capture = getattr(tee, "__self__", None)
-        if capture is None:
-            return  # not recorded: passed through as is
-        pending: list[bytes] = []
-
-        def fold() -> None:
-            while pending:
-                tee(pending.pop(0))
-
-        def stream(chunk: bytes) -> bytes:
-            pending.append(chunk)
-            if len(pending) == 1:
-                asyncio.get_running_loop().call_soon(fold)
-            return chunk
-
-        finish = capture.finish
-        capture.finish = lambda error=None: (fold(), finish(error))[1]
-        flow.response.stream = stream
-
-    Recorder.responseheaders = deferring
+    writer_process.WriterProcess = thread_writer
 
 
 def _gc_freeze() -> None:
@@ -100,19 +67,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--switch-interval", type=float)
     ap.add_argument("--null-sink", action="store_true")
-    ap.add_argument("--defer-sink", action="store_true")
-    ap.add_argument("--linger-ms", type=float)
-    ap.add_argument("--fold-after-send", action="store_true")
+    ap.add_argument("--writer-thread", action="store_true")
     ap.add_argument("--gc-freeze", action="store_true")
     args = ap.parse_args(argv[:split])
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     if args.null_sink:
         _null_sink()
-    if args.defer_sink or args.linger_ms is not None:
-        _defer_sink(None if args.linger_ms is None else args.linger_ms / 1000)
-    if args.fold_after_send:
-        _fold_after_send()
+    if args.writer_thread:
+        _writer_thread()
     if args.gc_freeze:
         _gc_freeze()
     from forge_record.cli import main as forge_record
