@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from test_claude_code import forge
-from test_claude_code_subagent import claude_env  # noqa: F401 - the fixture
+from claude_code_cli import claude_env, forge  # noqa: F401 - the fixture
 
 from forge_record.lineage_signals import CONTINUATION_PREFIX
 from forge_record.mock import TOOL_MARKER, MockUpstream

@@ -10,15 +10,9 @@ side call of kind "title", outside both threads.
 
 from __future__ import annotations
 
-import os
-import pty
-import time
-from pathlib import Path
-
 import orjson
 import pytest
-from conftest import require
-from test_claude_code import DUMMY_KEY, FORGE, Screen, find_claude, forge
+from claude_code_cli import claude_env, forge, interactive_claude  # noqa: F401 - fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock.anthropic import AGENT_TOOL, SUBAGENT_MARKER, subagent_script
@@ -28,27 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cli]
 PROMPT = f"Delegate the {SUBAGENT_MARKER} task"
 
 
-@pytest.fixture
-def claude_env(tmp_path):
-    claude = find_claude()
-    require(claude is not None, "Claude Code is not installed (.ci/run installs it with npm)")
-    home = tmp_path / "home"
-    home.mkdir()
-    return {
-        "PATH": f"{Path(claude).parent}{os.pathsep}{os.environ['PATH']}",
-        "HOME": str(home),
-        "TMPDIR": str(tmp_path),
-        "FORGE_RECORD_HOME": str(tmp_path / "forge"),
-        "ANTHROPIC_API_KEY": DUMMY_KEY,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root
-    }
-
-
-def test_subagent_thread_is_linked_to_the_agent_tool_call(claude_env):
+def test_subagent_thread_is_linked_to_the_agent_tool_call(claude_env):  # noqa: F811
     with MockUpstream(options={"anthropic_script": subagent_script}) as mock:
         proc = forge(claude_env, "run", "--upstream", f"api.anthropic.com={mock.url}", "--",
                      "claude", "-p", PROMPT, "--dangerously-skip-permissions")
@@ -65,39 +39,14 @@ def test_subagent_thread_is_linked_to_the_agent_tool_call(claude_env):
     assert spawn_line < sub_line < final_line  # indented under the call that spawned it
 
 
-def test_interactive_title_call_is_a_side_call(claude_env, tmp_path):
-    home = Path(claude_env["HOME"])
+def test_interactive_title_call_is_a_side_call(claude_env, tmp_path):  # noqa: F811
     work = tmp_path / "work"
     work.mkdir()
-    # What the first-run dialogs would otherwise ask: onboarding, folder trust, the API key.
-    (home / ".claude.json").write_bytes(orjson.dumps({
-        "hasCompletedOnboarding": True,
-        "projects": {str(work): {"hasTrustDialogAccepted": True}},
-        "customApiKeyResponses": {"approved": [DUMMY_KEY[-20:]], "rejected": []},
-    }))
-    (home / ".claude").mkdir()
-    (home / ".claude/settings.json").write_bytes(orjson.dumps({"permissions": {"allow": ["Bash"]}}))
     with MockUpstream(options={"anthropic_script": subagent_script}) as mock:
-        argv = [FORGE, "run", "--upstream", f"api.anthropic.com={mock.url}", "--", "claude"]
-        pid, fd = pty.fork()
-        if pid == 0:
-            os.chdir(work)
-            os.execve(FORGE, argv, claude_env | {"TERM": "xterm-256color"})
-        screen = Screen(fd)
-        try:
-            screen.wait_for(b"\xe2\x9d\xaf")  # the "❯" prompt
-            time.sleep(1)
-            os.write(fd, PROMPT.encode())
-            time.sleep(0.5)
-            os.write(fd, b"\r")
-            screen.wait_for(b"subagent reported", timeout=90)
-            os.write(fd, b"\x03")
-            time.sleep(0.5)
-            os.write(fd, b"\x03")
-            status = screen.wait_exit(pid)
-        finally:
-            screen.close()
-    assert os.waitstatus_to_exitcode(status) == 0, screen.text[-2000:]
+        exit_code, screen = interactive_claude(
+            claude_env, work, mock.url, PROMPT,
+            lambda screen: screen.wait_for(b"subagent reported", timeout=90))
+    assert exit_code == 0, screen.text[-2000:]
     session = orjson.loads(forge(claude_env, "show", "last", "--json").stdout)
     check_two_threads(session)
     titles = [e for e in session["exchanges"] if e["side_kind"] == "title"]
