@@ -1,6 +1,6 @@
 """Content addressing: records cut into canonical JSON blobs named by hash, and back.
 
-Pure functions, no SQL. A request is stored as references: its system prompt, its tool list
+No SQL. A request is stored as references: its system prompt, its tool list
 and its other parameters are one blob each, and every message is a blob (`{"role", "content"}`,
 blocks inline). The response's content is a blob of the same shape (role "assistant"), so the
 next request, which repeats that answer as its last assistant message, references the same
@@ -16,11 +16,13 @@ content (as records.exchange_to_dict has them), the blob names, and how its mess
 derives from an earlier exchange of the session ({"parent": seq, "keep": k, "append": [...]},
 i.e. the parent's first k messages, then these). The normalized records read back equal to
 what was written (tests/test_store.py checks it on every exchange of a realistic session).
+Rebuilt through one `Decoded`, the exchanges of a session share the content they repeat.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
 from typing import Any
@@ -28,13 +30,15 @@ from typing import Any
 import orjson
 
 from forge_record.records import (
+    Block,
     Exchange,
     Message,
     Request,
     Response,
     Tool,
+    block_from_dict,
     block_to_dict,
-    exchange_from_dict,
+    response_from_dict,
     response_to_dict,
 )
 
@@ -128,23 +132,76 @@ def message_names(manifests: Mapping[int, dict[str, Any]], seq: int,
     return memo[seq]
 
 
+class Decoded:
+    """Blob records decoded once per reader, by blob name.
+
+    Reading a session rebuilds every exchange's whole context, and each request repeats the
+    messages, system prompt, tools and parameters of the one before. Decoding them once and
+    sharing the objects makes reading a session linear in its content instead of quadratic.
+    Every exchange gets its own Request, Response and their lists; the messages, blocks,
+    tools and parameter values in them are shared with the other exchanges of the session
+    that repeat them, so readers must not change them in place (copy, e.g. with
+    dataclasses.replace, to change one)."""
+
+    def __init__(self, blob: Callable[[str], bytes]) -> None:
+        self._blob = blob
+        # kind -> blob name -> record value. By kind too: `[]` is both an empty system
+        # prompt and an empty tool list.
+        self._done: dict[str, dict[str, Any]] = defaultdict(dict)
+        self._messages = self._done["message"]
+
+    def messages(self, blobs: list[str]) -> list[Message]:
+        done = self._messages  # a request repeats most of its messages: look them up fast
+        return [done.get(b) or self.message(b) for b in blobs]
+
+    def message(self, blob: str) -> Message:
+        return self._get("message", blob, _message_of)
+
+    def blocks(self, blob: str) -> list[Block]:
+        return self._get("blocks", blob, lambda d: [block_from_dict(b) for b in d])
+
+    def tools(self, blob: str) -> list[Tool]:
+        return self._get("tools", blob, lambda d: [Tool(**t) for t in d])
+
+    def parameters(self, blob: str) -> dict[str, Any]:
+        return self._get("parameters", blob, lambda d: d)
+
+    def _get(self, kind: str, blob: str, make: Callable[[Any], Any]) -> Any:
+        done = self._done[kind]
+        if blob not in done:
+            done[blob] = make(orjson.loads(self._blob(blob)))
+        return done[blob]
+
+
+def _message_of(data: dict[str, Any]) -> Message:
+    return Message(role=data["role"], content=[block_from_dict(b) for b in data["content"]])
+
+
 def rebuild(
-    found: dict[str, Any], messages: list[str], blob: Callable[[str], bytes],
+    found: dict[str, Any], messages: list[str], decoded: Decoded,
     raw_request: bytes = b"", raw_response: bytes = b"",
 ) -> Exchange:
-    """The exchange a manifest describes; `blob(name)` returns a blob's bytes."""
-    data = dict(found["exchange"])
+    """The exchange a manifest describes, its content taken from `decoded` (shared, see
+    Decoded); `messages` are its message blob names."""
     refs, response = found["request"], found["response"]
-    data["request"] = None if refs is None else {
-        "model": refs["model"], "stream": refs["stream"],
-        "system": orjson.loads(blob(refs["system"])),
-        "tools": orjson.loads(blob(refs["tools"])),
-        "parameters": orjson.loads(blob(refs["parameters"])),
-        "messages": [orjson.loads(blob(n)) for n in messages],
-    }
-    data["response"] = None if response is None else {
-        **response, "content": orjson.loads(blob(response["content"]))["content"]}
-    return exchange_from_dict(data, raw_request, raw_response)
+    request = None if refs is None else Request(
+        model=refs["model"], stream=refs["stream"],
+        system=list(decoded.blocks(refs["system"])),
+        tools=list(decoded.tools(refs["tools"])),
+        parameters=dict(decoded.parameters(refs["parameters"])),
+        messages=decoded.messages(messages),
+    )
+    return Exchange(**found["exchange"], request=request,
+                    response=None if response is None else _response(response, decoded),
+                    raw_request=raw_request, raw_response=raw_response)
+
+
+def _response(fields: dict[str, Any], decoded: Decoded) -> Response:
+    """The response a manifest describes: its content is the answer blob's blocks (shared)
+    in a list of its own."""
+    response = response_from_dict({**fields, "content": []})
+    response.content = list(decoded.message(fields["content"]).content)
+    return response
 
 
 def referenced(found: dict[str, Any]) -> list[str]:

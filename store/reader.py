@@ -4,7 +4,9 @@ Contract: every exchange reads back equal to the one written (records, and raw b
 for byte when asked for). Work is bounded per exchange: one exchange decodes the manifest
 pieces of its segment up to it (at most encoder.SEGMENT_BYTES of plain input), the pack
 groups holding its blobs, and at most delta.RAW_KEYFRAME_EVERY raw frames when raw bodies
-are asked for. Reading a session decodes each of those once. Every blob is checked against
+are asked for. Reading a session decodes each of those once, and each blob into its record
+once: the exchanges of one read share the messages, blocks, tools and parameters they repeat
+(content.Decoded), so callers must not change those in place. Every blob is checked against
 its name on the way out; a mismatch or a missing row is a StoreError, never a wrong record.
 """
 
@@ -105,6 +107,7 @@ class SessionReader:
     def __init__(self, conn: sa.Connection, session_id: str) -> None:
         self.conn, self.session_id = conn, session_id
         self.blobs = BlobReader(conn)
+        self.decoded = content.Decoded(self.blobs.get)  # shared by the exchanges it rebuilds
         self.manifests: dict[int, dict[str, Any]] = {}
         self._lists: dict[int, dict[int, list[str]]] = {}  # segment -> seq -> message names
         self._segment_of: dict[int, int] = {}
@@ -147,7 +150,7 @@ class SessionReader:
         found = self.manifests[seq]
         names = self.names(seq)
         bodies = self.raw(seq, frames) if raw else (b"", b"")
-        return content.rebuild(found, names, self.blobs.get, *bodies)
+        return content.rebuild(found, names, self.decoded, *bodies)
 
     def names(self, seq: int) -> list[str]:
         segment = self._segment_of[seq]

@@ -42,7 +42,7 @@ from forge_record.records import (
     ToolResult,
     Usage,
 )
-from forge_record.store import Store, default_store_url, open_store
+from forge_record.store import Store, content, default_store_url, open_store
 from forge_record.store.write import AddExchange, AddSession, EndSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -396,6 +396,28 @@ def test_storage_is_a_small_fraction_of_the_raw_bytes(store, store_url):
             "FROM exchanges", "SELECT sum(length(data)) FROM packs",
             "SELECT sum(length(hash)) FROM blobs"))
     assert raw / stored > 50  # the bench measures ~150x on 150 calls; this is 60
+
+
+def test_a_session_read_shares_what_its_requests_repeat(store):
+    """Reading a session decodes each message once and shares it between the requests that
+    repeat it (what keeps reading linear); every exchange still has its own containers, so
+    replacing a list or a parameter of one exchange changes no other."""
+    sent = realistic_exchanges(12)
+    store.add_session(make_session("s"))
+    for ex in sent:
+        store.add_exchange("s", ex)
+    back = list(store.iter_exchanges("s"))
+    requests = [ex.request for ex in back]
+    objects_per_blob: dict[bytes, set[int]] = {}
+    for m in (m for r in requests for m in r.messages):
+        objects_per_blob.setdefault(content.message_blob(m), set()).add(id(m))
+    assert sum(len(r.messages) for r in requests) > 2 * len(objects_per_blob)
+    assert all(len(ids) == 1 for ids in objects_per_blob.values())
+    for part in ("messages", "system", "tools", "parameters"):
+        assert len({id(getattr(r, part)) for r in requests}) == len(requests), part
+    contents = {id(m.content) for r in requests for m in r.messages}
+    assert not contents & {id(ex.response.content) for ex in back}
+    assert back == [without_raw(e) for e in sent]
 
 
 def test_a_failed_write_does_not_corrupt_what_follows(store):
