@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from forge_record.fingerprint import Fingerprint, client_of, fingerprint_of
 from forge_record.identity import chain_hash
-from forge_record.lineage_signals import Signals, signals_of, stream_key
+from forge_record.lineage_signals import HashMemo, Signals, shared_prefix, signals_of, stream_key
 from forge_record.lineage_types import (
     MAIN,
     RETRY,
@@ -101,13 +101,14 @@ class _Fold:
         self.compactions: list[int] = []
         # per header stream: the last request's messages, their hashes and chain hashes
         self.recent: dict[tuple, tuple[list, tuple[str, ...], list[str]]] = {}
+        self.hashes: HashMemo = {}  # every message hashed once, however often it is resent
 
     # --- placing one call --------------------------------------------------------------
 
     def feed(self, ex: Exchange) -> None:
         key = stream_key(ex)
         messages, hashes, chains = self.recent.get(key, ([], (), []))
-        sig = signals_of(ex, (messages, hashes))
+        sig = signals_of(ex, (messages, hashes), self.hashes)
         chain = _chains(sig.messages, hashes, chains)
         if ex.request is not None:
             self.recent[key] = (ex.request.messages, sig.messages, chain)
@@ -201,8 +202,7 @@ class _Fold:
     # --- content matching --------------------------------------------------------------
 
     def _index(self, sig: Signals, chain: list[str]) -> None:
-        for node in chain:
-            self.nodes[node] = sig.seq
+        self.nodes.update(dict.fromkeys(chain, sig.seq))
         end = chain_hash(chain[-1] if chain else None, sig.reply) if sig.reply else (
             chain[-1] if chain else None)
         if end is not None:
@@ -320,9 +320,7 @@ def _chains(messages: tuple[str, ...], known: tuple[str, ...] = (),
             known_chains: list[str] | None = None) -> list[str]:
     """Chain hashes of every prefix: element k-1 names messages[:k]. The prefix shared with
     `known` (hashes whose chains are `known_chains`) is not hashed again."""
-    shared = 0
-    while shared < min(len(messages), len(known)) and messages[shared] == known[shared]:
-        shared += 1
+    shared = shared_prefix(messages, known)
     out = list((known_chains or [])[:shared])
     for h in messages[shared:]:
         out.append(chain_hash(out[-1] if out else None, h))

@@ -15,6 +15,7 @@ and have not been seen live here.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -71,14 +72,16 @@ class Signals:
     usage: dict[str, int] = field(default_factory=dict)
 
 
-def signals_of(ex: Exchange, before: Known | None = None) -> Signals:
-    """`before`: an earlier request's messages and their hashes. Messages equal to it at the
-    same position reuse its hashes: a client resends the whole history every call, and an
-    equality test is much cheaper than serializing and hashing it all again."""
+def signals_of(ex: Exchange, before: Known | None = None,
+               memo: HashMemo | None = None) -> Signals:
+    """`before`: an earlier request's messages and their hashes; `memo`: the hashes of every
+    message seen so far in the analysis. A client resends the whole history every call, and
+    looking a message up (or an equality test with `before` at the same position) is much
+    cheaper than serializing and hashing it all again."""
     headers = {k.lower(): v for k, v in ex.request_headers.items()}
     request = ex.request or Request()
-    messages = message_hashes(request.messages, before)
-    seen = _shared_prefix(messages, before[1] if before else ())
+    messages = message_hashes(request.messages, before, memo)
+    seen = shared_prefix(messages, before[1] if before else ())
     session_key = _first(headers, SESSION_HEADERS)
     agent_key = _first(headers, AGENT_HEADERS)
     if agent_key == session_key:  # Codex's root thread carries its session id as thread id
@@ -112,20 +115,38 @@ def stream_key(ex: Exchange) -> tuple[str | None, str | None]:
     return _first(headers, SESSION_HEADERS), _first(headers, AGENT_HEADERS)
 
 
-def message_hashes(messages: list[Message], before: Known | None = None) -> tuple[str, ...]:
+# Message hashes by object identity, for one analysis: id -> (the message, its hash).
+# Records read from one session share the message objects their requests repeat
+# (store.content.Decoded), so with a memo each message is hashed once, however many
+# requests resend it. The memo keeps each message alive, so no other object can take its id.
+HashMemo = dict[int, tuple[Message, str]]
+
+
+def message_hashes(messages: list[Message], before: Known | None = None,
+                   memo: HashMemo | None = None) -> tuple[str, ...]:
+    """One hash per message: from `memo` for a message object already hashed, else from
+    `before` for an equal message at the same position, else hashed now."""
+    memo = {} if memo is None else memo
     out: list[str] = []
     old_messages, old_hashes = before or ([], ())
     for i, message in enumerate(messages):
+        found = memo.get(id(message))
+        if found is not None and found[0] is message:
+            out.append(found[1])
+            continue
         same = i < len(old_messages) and old_messages[i] == message
-        out.append(old_hashes[i] if same else message_hash(message))
+        digest = old_hashes[i] if same else message_hash(message)
+        memo[id(message)] = (message, digest)
+        out.append(digest)
     return tuple(out)
 
 
-def _shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
+def shared_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    """How many leading items `a` and `b` have in common."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case, a request extending the one before: one C compare
+        return n
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), n)
 
 
 def message_hash(message: Message) -> str:

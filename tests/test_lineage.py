@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from forge_record import lineage_signals
 from forge_record.decoders import dialect_named
 from forge_record.fingerprint import fingerprint_of
 from forge_record.identity import HASH_PREFIX, canonical_json, chain_hash, content_hash
@@ -387,6 +388,28 @@ def test_reused_message_hashes_equal_fresh_ones():
     later = [*M2, said(Text(text="a different answer")), user("and then?"), user("more")]
     reused = message_hashes(later, (earlier, message_hashes(earlier)))
     assert reused == message_hashes(later) == tuple(message_hash(m) for m in later)
+
+
+def test_each_message_object_is_hashed_once_however_often_it_is_resent(monkeypatch):
+    """Records read from one session share the message objects their requests repeat
+    (store.content.Decoded). Lineage hashes each object once, even when a call of the same
+    stream with other messages (a title call) comes between two turns, so its work grows
+    with the new messages, not with the history."""
+    title_system = [Text(text="Generate a concise title for this conversation.")]
+    history, exchanges = [user("start")], []
+    for turn in range(1, 21):
+        reply = said(Text(text=f"step {turn}"))
+        exchanges.append(call(2 * turn - 1, history, reply))
+        exchanges.append(call(2 * turn, [user(f"title {turn}")], said(Text(text="T")),
+                              tools=(), system=title_system))
+        history = [*history, reply, user(f"turn {turn}")]
+    hashed = []
+    real = lineage_signals.message_hash
+    monkeypatch.setattr(lineage_signals, "message_hash", lambda m: hashed.append(m) or real(m))
+    found = analyze(exchanges)
+    objects = {id(m) for ex in exchanges for m in ex.request.messages}
+    assert len(hashed) <= len(objects) + len(exchanges)  # and each call's reply once
+    assert {c.thread for s, c in found.calls.items() if s % 2} == {"main"}
 
 
 def test_a_generated_claude_code_session_through_the_real_decoder():
