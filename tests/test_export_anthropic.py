@@ -129,14 +129,18 @@ def test_a_validation_can_fail():
 # --- round trips: replay a line with the SDK, decode what the API would get ------------------
 
 
-def test_anthropic_line_replays_as_the_recorded_conversation(url):
-    line, _ = one_line(url, "anthropic.messages")
+def sent_by_the_anthropic_sdk(line: dict) -> bytes:
+    """The request body the anthropic SDK sends (to a mock upstream) for an exported line."""
     with MockUpstream() as mock:
         client = anthropic.Anthropic(api_key="sk-ant-dummy-key", base_url=mock.url,
                                      max_retries=0)
         client.messages.create(model="claude-sonnet-4-5", max_tokens=100, **line)
-        sent = mock.requests[-1].body
-    replayed = dialect_named("anthropic.messages").parse_request(sent)
+        return mock.requests[-1].body
+
+
+def test_anthropic_line_replays_as_the_recorded_conversation(url):
+    line, _ = one_line(url, "anthropic.messages")
+    replayed = dialect_named("anthropic.messages").parse_request(sent_by_the_anthropic_sdk(line))
     system, tools, messages = recorded_conversation(url, "anthropic.messages")
     assert (replayed.system, replayed.tools, replayed.messages) == (system, tools, messages)
 
@@ -158,11 +162,7 @@ def test_openai_line_replays_as_the_recorded_conversation(url):
 def test_a_cross_dialect_round_trip_loses_only_what_was_counted(url):
     """Gemini to anthropic and back: the same conversation, less the thoughts."""
     line, tally = one_line(url, "gemini.generate")
-    with MockUpstream() as mock:
-        client = anthropic.Anthropic(api_key="sk-ant-dummy-key", base_url=mock.url,
-                                     max_retries=0)
-        client.messages.create(model="claude-sonnet-4-5", max_tokens=100, **line)
-        replayed = dialect_named("anthropic.messages").parse_request(mock.requests[-1].body)
+    replayed = dialect_named("anthropic.messages").parse_request(sent_by_the_anthropic_sdk(line))
     _, _, recorded = recorded_conversation(url, "gemini.generate")
     without_thoughts = [Message(role="user" if m.role == "tool" else m.role,
                                 content=[b for b in m.content if not isinstance(b, Reasoning)])
