@@ -64,3 +64,57 @@ def test_killed_agent_ends_the_session(tmp_path):
     session = orjson.loads(shown.stdout)
     assert session["exit_code"] == 137 and session["ended_at"] is not None
     assert len(session["exchanges"]) == 2
+
+
+AGENT_WAITING = """
+import anthropic, sys
+client = anthropic.Anthropic(api_key="sk-ant-dummy-key", max_retries=0)
+def call():
+    client.messages.create(model="claude-haiku-4-5", max_tokens=20,
+                           messages=[{"role": "user", "content": "hi"}])
+call()
+print("first", flush=True)
+sys.stdin.readline()  # the test kills the store writer meanwhile
+call()
+call()
+print("done", flush=True)
+"""
+
+
+def test_a_dead_store_writer_never_breaks_the_agent(tmp_path):
+    env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path)}
+    with MockUpstream() as mock:
+        proc = subprocess.Popen(
+            [FORGE, "run", "--harness", "claude-code", "--mode", "reverse", "--upstream",
+             f"api.anthropic.com={mock.url}", "--", sys.executable, "-c", AGENT_WAITING],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE,
+            text=True)
+        assert proc.stdout.readline().strip() == "first"
+        [writer] = [pid for pid in _children(proc.pid) if b"writer_process" in _cmdline(pid)]
+        os.kill(writer, signal.SIGKILL)
+        out, err = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 0, err
+    assert out.strip() == "done"  # both later calls went through
+    assert len(mock.requests) == 3
+    assert "Traceback" not in err
+    assert "the store writer is gone" in err and "NOT stored" in err
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
