@@ -15,7 +15,8 @@ import os
 import click
 import orjson
 
-from forge_record.commands.common import open_store, store_option
+from forge_record.commands.common import store_option
+from forge_record.commands.view import read_session
 from forge_record.lineage import Call, analyze, to_dict
 from forge_record.records import exchange_to_dict, session_to_dict
 from forge_record.viewer import build_view
@@ -28,14 +29,7 @@ from forge_record.viewer.terminal import render_text
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def show(store, ref, as_json) -> None:
     """Show SESSION (an id, a unique id prefix, or 'last') as a thread tree."""
-    st = open_store(store)
-    try:
-        session_id = st.resolve_session(ref)
-        session = st.get_session(session_id)
-        exchanges = list(st.iter_exchanges(session_id))
-        summary = st.session_summary(session_id)
-    finally:
-        st.close()
+    session, exchanges, summary = read_session(store, ref)
     if as_json:
         lineage = analyze(exchanges, session.harness)
         data = session_to_dict(session) | {"summary": summary, "lineage": to_dict(lineage)}

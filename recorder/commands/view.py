@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import webbrowser
 from pathlib import Path
+from typing import Any
 
 import click
 
 from forge_record.commands.common import open_store, store_option
+from forge_record.records import Exchange, Session
 from forge_record.viewer import View, build_view, render_html
 
 
@@ -35,7 +37,13 @@ def view(store, ref, output, open_it) -> None:
 
 
 def load_view(store: str | None, ref: str) -> View:
-    """The view model of the session `ref` names, read through the Store API."""
+    """The view model of the session `ref` names."""
+    return build_view(*read_session(store, ref))
+
+
+def read_session(store: str | None, ref: str) -> tuple[Session, list[Exchange], dict[str, Any]]:
+    """The session `ref` names (an id, a unique id prefix, or 'last'), its exchanges and its
+    summary, read through the Store API. `show` reads a session the same way."""
     st = open_store(store)
     try:
         session_id = st.resolve_session(ref)
@@ -44,7 +52,7 @@ def load_view(store: str | None, ref: str) -> View:
         summary = st.session_summary(session_id)
     finally:
         st.close()
-    return build_view(session, exchanges, summary)
+    return session, exchanges, summary
 
 
 def _write(path: Path, page: str) -> None:
