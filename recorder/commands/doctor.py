@@ -24,8 +24,8 @@ from pathlib import Path
 import click
 import orjson
 
-from forge_record import harness_shims, launch, trust
-from forge_record.commands.run import plan_route
+from forge_record import launch, trust
+from forge_record.commands.run import pick_shim, plan_route
 from forge_record.errors import ForgeRecordError, UsageError
 from forge_record.harness_shims import CaFiles, Shim
 from forge_record.paths import home
@@ -82,7 +82,7 @@ class Report:
 def doctor(harness, mode, no_self_test, command) -> None:
     """Show how CMD would be recorded, and test the record path offline."""
     argv, environ, report = list(command), dict(os.environ), Report()
-    shim = _shim(harness, argv)
+    shim = pick_shim(harness, argv)
     _describe_command(argv, environ, shim, report)
     try:
         route = plan_route(shim, mode, environ, {})
@@ -102,16 +102,6 @@ def doctor(harness, mode, no_self_test, command) -> None:
     click.echo("result: " + ("problems found" if report.failed else "OK"))
     if report.failed:
         raise SystemExit(1)
-
-
-def _shim(name: str | None, argv: list[str]) -> Shim:
-    if name is None:
-        return harness_shims.detect(argv)
-    shim = harness_shims.shim_named(name)
-    if shim is None:
-        known = ", ".join(s.name for s in harness_shims.SHIMS)
-        raise UsageError(f"unknown harness {name!r} (known: {known})")
-    return shim
 
 
 def _describe_command(argv, environ, shim: Shim, report: Report) -> None:

@@ -58,7 +58,7 @@ def run(store, mode, harness, upstream, tag, settings, no_redact_bodies, verbose
     setup_logging(verbose)
     argv = list(command)
     launch.resolve(argv, os.environ)  # a missing command fails before anything starts
-    shim = _pick_shim(harness, argv)
+    shim = pick_shim(harness, argv)
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream))
     redactor = None if no_redact_bodies else config.redactor(home())
     exit_code = record(
@@ -193,7 +193,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _pick_shim(name: str | None, argv: list[str]) -> Shim:
+def pick_shim(name: str | None, argv: list[str]) -> Shim:
+    """The shim --harness names, else the one the command looks like (doctor picks alike)."""
     if name is None:
         return harness_shims.detect(argv)
     shim = harness_shims.shim_named(name)
