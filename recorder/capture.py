@@ -169,7 +169,9 @@ def fold(exchange: Exchange, dialect: Dialect | None) -> None:
     """Decode the kept response body into `exchange.response` and settle its status. The body
     is fed whole: every decoder gives the same record for any chunking of the same bytes."""
     decoder = None
-    if dialect is not None and not any(f.startswith(_NO_DECODER) for f in exchange.flags):
+    started = exchange.first_byte_at is not None  # no response at all: nothing to decode
+    if started and dialect is not None and not any(f.startswith(_NO_DECODER)
+                                                   for f in exchange.flags):
         content_type = exchange.response_headers.get("content-type", "")
         decoder = _new_decoder(dialect, content_type, exchange)
         if decoder is not None and exchange.raw_response:

@@ -60,3 +60,12 @@ def test_capture_never_raises(stream, dialect, content_type, edits, cuts, abort)
     ex = finalize(capture.finish("client disconnected" if abort else None))
     assert ex.raw_response == data
     assert ex.status in ("complete", "incomplete", "error")
+
+
+def test_a_call_that_got_no_response_is_incomplete_without_a_decoder_fault(caplog):
+    capture = Capture(DIALECTS[0], seq=1, method="POST", url="https://example.test/x",
+                      path="/x", headers=[], body=b'{"model": "m", "messages": []}')
+    ex = finalize(capture.finish("connection refused"))
+    assert ex.status == "incomplete" and ex.response is None
+    assert ex.flags == ["aborted:connection refused"]
+    assert not caplog.records
