@@ -40,7 +40,8 @@ def captured(seq: int) -> Exchange:
     body = ('{"model":"claude-x","max_tokens":9,"stream":true,"messages":[{"role":"user",'
             f'"content":"my token is {SECRET}"}}]}}').encode()
     return Exchange(dialect="anthropic.messages", seq=seq, url="https://api.anthropic.com/v1/"
-                    "messages", status="pending", http_status=200, raw_request=body,
+                    "messages", status="pending", http_status=200, first_byte_at=1.0,
+                    raw_request=body,
                     raw_response=STREAM,
                     response_headers={"content-type": "text/event-stream"})
 
