@@ -28,6 +28,32 @@ from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
 _CHUNK = 500  # names per IN (...) list
 _RAW_CACHE = 16
 
+# Every statement is built once, with bound parameters: working out a statement's shape for
+# SQLAlchemy's compiled cache costs more than SQLite takes to run it (0.4 ms against 0.25 ms
+# a query), and reading a short session runs several.
+_SESSION = sa.bindparam("session_id")
+_BLOB_PLACES = sa.select(blobs.c.hash, blobs.c.pack_id, blobs.c.start, blobs.c.length).where(
+    blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
+_PACK_GROUPS = sa.select(packs.c.group_id, sa.func.max(packs.c.id)).where(
+    packs.c.id.in_(sa.bindparam("ids", expanding=True))).group_by(packs.c.group_id)
+_GROUP_PACKS = sa.select(packs.c.id, packs.c.data).where(
+    packs.c.group_id == sa.bindparam("group"), packs.c.id <= sa.bindparam("last")
+).order_by(packs.c.id)
+_SEGMENTS = sa.select(exchanges.c.segment).distinct().where(
+    exchanges.c.session_id == _SESSION, exchanges.c.layout != LAYOUT_RECORD)
+_MANIFESTS = sa.select(exchanges.c.seq, exchanges.c.piece, exchanges.c.record).where(
+    exchanges.c.session_id == _SESSION, exchanges.c.segment == sa.bindparam("segment")
+).order_by(exchanges.c.piece)
+_MANIFESTS_UPTO = _MANIFESTS.where(exchanges.c.piece <= sa.bindparam("upto"))
+_RAW_FRAMES = sa.select(exchanges.c.seq, exchanges.c.raw_request, exchanges.c.raw_response).where(
+    exchanges.c.session_id == _SESSION, exchanges.c.seq.in_(sa.bindparam("seqs", expanding=True)))
+_ROWS = sa.select(exchanges.c.seq, exchanges.c.layout, exchanges.c.record).where(
+    exchanges.c.session_id == _SESSION).order_by(exchanges.c.seq).execution_options(yield_per=64)
+_RAW_ROWS = _ROWS.add_columns(exchanges.c.raw_request, exchanges.c.raw_response)
+_ONE_ROW = sa.select(exchanges.c.layout, exchanges.c.segment, exchanges.c.piece,
+                     exchanges.c.record, exchanges.c.raw_request, exchanges.c.raw_response).where(
+    exchanges.c.session_id == _SESSION, exchanges.c.seq == sa.bindparam("seq"))
+
 
 def chunks(items: list, size: int = _CHUNK) -> Iterator[list]:
     for i in range(0, len(items), size):
@@ -51,9 +77,7 @@ class BlobReader:
     def load(self, names: Iterable[str]) -> None:
         wanted = sorted({n for n in names if n not in self._plain})
         for part in chunks(wanted):
-            rows = self._conn.execute(
-                sa.select(blobs.c.hash, blobs.c.pack_id, blobs.c.start, blobs.c.length)
-                .where(blobs.c.hash.in_(part))).all()
+            rows = self._conn.execute(_BLOB_PLACES, {"names": part}).all()
             self._decode_packs({r.pack_id for r in rows})
             for r in rows:
                 data = self._packs[r.pack_id][r.start : r.start + r.length]
@@ -69,13 +93,9 @@ class BlobReader:
         ids -= self._packs.keys()
         if not ids:
             return
-        groups = self._conn.execute(
-            sa.select(packs.c.group_id, sa.func.max(packs.c.id))
-            .where(packs.c.id.in_(sorted(ids))).group_by(packs.c.group_id)).all()
+        groups = self._conn.execute(_PACK_GROUPS, {"ids": sorted(ids)}).all()
         for group, last in groups:
-            rows = self._conn.execute(
-                sa.select(packs.c.id, packs.c.data)
-                .where(packs.c.group_id == group, packs.c.id <= last).order_by(packs.c.id)).all()
+            rows = self._conn.execute(_GROUP_PACKS, {"group": group, "last": last}).all()
             plains = codec.decode_pieces(r.data for r in rows)
             self._packs.update((r.id, p) for r, p in zip(rows, plains, strict=True))
 
@@ -84,11 +104,11 @@ def segment_manifests(
     conn: sa.Connection, session_id: str, segment: int, upto: int | None = None
 ) -> dict[int, dict[str, Any]]:
     """seq -> manifest for the segment's pieces (up to piece `upto`)."""
-    query = sa.select(exchanges.c.seq, exchanges.c.piece, exchanges.c.record).where(
-        exchanges.c.session_id == session_id, exchanges.c.segment == segment)
-    if upto is not None:
-        query = query.where(exchanges.c.piece <= upto)
-    rows = conn.execute(query.order_by(exchanges.c.piece)).all()
+    where = {"session_id": session_id, "segment": segment}
+    if upto is None:
+        rows = conn.execute(_MANIFESTS, where).all()
+    else:
+        rows = conn.execute(_MANIFESTS_UPTO, {**where, "upto": upto}).all()
     if [r.piece for r in rows] != list(range(len(rows))):
         raise StoreError(f"session {session_id} segment {segment} has missing pieces")
     plains = codec.decode_pieces(r.record for r in rows)
@@ -135,9 +155,8 @@ class SessionReader:
                 names.update(self.names(s))  # the record, or a keyframe's hint
         self.blobs.load(names)
         if raw:
-            query = sa.select(exchanges.c.seq, exchanges.c.raw_request, exchanges.c.raw_response)
-            for row in self.conn.execute(query.where(exchanges.c.session_id == self.session_id,
-                                                     exchanges.c.seq.in_(chain))):
+            where = {"session_id": self.session_id, "seqs": chain}
+            for row in self.conn.execute(_RAW_FRAMES, where):
                 self._frames_of[row.seq] = (row.raw_request, row.raw_response)
 
     def _raw_chain(self, seq: int) -> list[int]:
@@ -178,9 +197,8 @@ class SessionReader:
         return bodies
 
     def _frames(self, seq: int) -> tuple[bytes, bytes]:
-        row = self.conn.execute(
-            sa.select(exchanges.c.raw_request, exchanges.c.raw_response)
-            .where(exchanges.c.session_id == self.session_id, exchanges.c.seq == seq)).one()
+        where = {"session_id": self.session_id, "seqs": [seq]}
+        row = self.conn.execute(_RAW_FRAMES, where).one()
         return row.raw_request, row.raw_response
 
     def _request_hint(self, seq: int, keyframe: bool) -> bytes:
@@ -200,16 +218,10 @@ class SessionReader:
 def read_session(conn: sa.Connection, session_id: str, raw: bool) -> Iterator[Exchange]:
     """Every exchange of the session in seq order, streamed."""
     reader = SessionReader(conn, session_id)
-    segments = conn.scalars(
-        sa.select(exchanges.c.segment).distinct().where(
-            exchanges.c.session_id == session_id, exchanges.c.layout != LAYOUT_RECORD)).all()
-    for segment in sorted(segments):
+    for segment in sorted(conn.scalars(_SEGMENTS, {"session_id": session_id})):
         reader.add_segment(segment)
-    columns = [exchanges.c.seq, exchanges.c.layout, exchanges.c.record]
-    if raw:
-        columns += [exchanges.c.raw_request, exchanges.c.raw_response]
-    query = sa.select(*columns).where(exchanges.c.session_id == session_id)
-    for row in conn.execute(query.order_by(exchanges.c.seq).execution_options(yield_per=64)):
+    rows = conn.execute(_RAW_ROWS if raw else _ROWS, {"session_id": session_id})
+    for row in rows:
         frames = (row.raw_request, row.raw_response) if raw else None
         if row.layout == LAYOUT_RECORD:
             yield legacy(row.record, *frames) if raw else legacy(row.record)
@@ -219,10 +231,7 @@ def read_session(conn: sa.Connection, session_id: str, raw: bool) -> Iterator[Ex
 
 def read_one(conn: sa.Connection, session_id: str, seq: int, raw: bool) -> Exchange | None:
     """One exchange, decoding only what it depends on; None if there is no such exchange."""
-    row = conn.execute(
-        sa.select(exchanges.c.layout, exchanges.c.segment, exchanges.c.piece,
-                  exchanges.c.record, exchanges.c.raw_request, exchanges.c.raw_response)
-        .where(exchanges.c.session_id == session_id, exchanges.c.seq == seq)).first()
+    row = conn.execute(_ONE_ROW, {"session_id": session_id, "seq": seq}).first()
     if row is None:
         return None
     if row.layout == LAYOUT_RECORD:

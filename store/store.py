@@ -46,6 +46,11 @@ __all__ = [
 ]
 
 
+# Built once: a read of a whole session asks for its row twice (export, show), and working
+# out a statement's shape again costs more than running it (see store.reader).
+_SESSION_ROW = sa.select(sessions).where(sessions.c.id == sa.bindparam("id"))
+
+
 class StoreUnavailable(StoreError):
     """The database did not answer (refused, dropped, timed out, locked too long)."""
 
@@ -252,9 +257,8 @@ class Store:
         raise SessionNotFound(f"{len(matches)} sessions match {ref!r}; give more of the id")
 
     def get_session(self, session_id: str) -> Session:
-        query = sa.select(sessions).where(sessions.c.id == session_id)
         with self._guard("read session"), self._engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
+            row = conn.execute(_SESSION_ROW, {"id": session_id}).mappings().first()
         if row is None:
             raise SessionNotFound(f"no session matches {session_id!r}")
         return summary.session_of(row)
