@@ -15,8 +15,9 @@ and have not been seen live here.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from forge_record.identity import local_hash
@@ -74,10 +75,11 @@ class Signals:
 
 def signals_of(ex: Exchange, before: Known | None = None,
                memo: HashMemo | None = None) -> Signals:
-    """`before`: an earlier request's messages and their hashes; `memo`: the hashes of every
-    message seen so far in the analysis. A client resends the whole history every call, and
-    looking a message up (or an equality test with `before` at the same position) is much
-    cheaper than serializing and hashing it all again."""
+    """`before`: an earlier request's messages and their hashes; `memo`: the hashes of the
+    messages, system blocks and tools seen so far in the analysis. A client resends the whole
+    history every call, and reusing hashes is much cheaper than serializing and hashing it
+    all again."""
+    memo = {} if memo is None else memo
     headers = {k.lower(): v for k, v in ex.request_headers.items()}
     request = ex.request or Request()
     messages = message_hashes(request.messages, before, memo)
@@ -94,7 +96,7 @@ def signals_of(ex: Exchange, before: Known | None = None,
         parent_agent_key=headers.get(PARENT_THREAD_HEADER) or None,
         subagent=_says_subagent(request) or codex_label not in ("", "compact"),
         retry_count=_int(headers.get(RETRY_HEADER)),
-        request_hash=_request_hash(ex, messages),
+        request_hash=_request_hash(ex, messages, memo),
         side_kind=side_kind_of(ex, codex_label),
         continues_compacted=_continues_compacted(request),
         decoded=ex.request is not None,
@@ -115,36 +117,37 @@ def stream_key(ex: Exchange) -> tuple[str | None, str | None]:
     return _first(headers, SESSION_HEADERS), _first(headers, AGENT_HEADERS)
 
 
-# Message hashes by object identity, for one analysis: id -> (the message, its hash).
-# Records read from one session share the message objects their requests repeat
-# (store.content.Decoded), so with a memo each message is hashed once, however many
-# requests resend it. The memo keeps each message alive, so no other object can take its id.
-HashMemo = dict[int, tuple[Message, str]]
+# Local hashes by object identity, for one analysis: id -> (the object, its hash). Records
+# read from one session share the messages, blocks and tools their requests repeat
+# (store.content.Decoded), so with a memo each is hashed once, however many requests resend
+# it. The memo keeps each object alive, so no other object can take its id.
+HashMemo = dict[int, tuple[object, str]]
 
 
 def message_hashes(messages: list[Message], before: Known | None = None,
                    memo: HashMemo | None = None) -> tuple[str, ...]:
-    """One hash per message: from `memo` for a message object already hashed, else from
-    `before` for an equal message at the same position, else hashed now."""
+    """One hash per message: `before`'s hashes for the messages it starts with, then from
+    `memo` for a message object already hashed, else hashed now."""
     memo = {} if memo is None else memo
-    out: list[str] = []
     old_messages, old_hashes = before or ([], ())
-    for i, message in enumerate(messages):
-        found = memo.get(id(message))
-        if found is not None and found[0] is message:
-            out.append(found[1])
-            continue
-        same = i < len(old_messages) and old_messages[i] == message
-        digest = old_hashes[i] if same else message_hash(message)
-        memo[id(message)] = (message, digest)
-        out.append(digest)
-    return tuple(out)
+    shared = shared_prefix(messages, old_messages)
+    return (*old_hashes[:shared], *(memoized(m, memo, message_hash) for m in messages[shared:]))
 
 
-def shared_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    """How many leading items `a` and `b` have in common."""
+def memoized(record: Any, memo: HashMemo, how: Callable[[Any], str]) -> str:
+    """how(record), computed once per object in `memo`."""
+    found = memo.get(id(record))
+    if found is None or found[0] is not record:
+        found = memo[id(record)] = (record, how(record))
+    return found[1]
+
+
+def shared_prefix(a: Sequence, b: Sequence) -> int:
+    """How many leading items `a` and `b` (sequences of one type) have in common."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # the usual case, a request extending the one before: one C compare
+    # The usual case, a request extending the one before, is one compare in C (which takes
+    # identical objects as equal without comparing their fields).
+    if a[:n] == b[:n]:
         return n
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), n)
 
@@ -196,14 +199,20 @@ def _says_subagent(request: Request) -> bool:
     return isinstance(first, Text) and SUBAGENT_FLAG in first.text
 
 
-def _request_hash(ex: Exchange, messages: tuple[str, ...]) -> str | None:
-    """The request without per-request noise, built on the message hashes already made."""
+def _request_hash(ex: Exchange, messages: tuple[str, ...], memo: HashMemo) -> str | None:
+    """The request without per-request noise, built on the hashes of its parts: the
+    messages' already made, the system blocks' and tools' remembered in `memo`."""
     if ex.request is None:
         return None
     r = ex.request
-    system = [_without_cch(b) for b in r.system]
+    system = [memoized(b, memo, _system_block_hash) for b in r.system]
+    tools = [memoized(t, memo, local_hash) for t in r.tools]
     return local_hash([urlsplit(ex.url).path, r.model, r.stream, r.parameters, system,
-                       r.tools, messages])
+                       tools, messages])
+
+
+def _system_block_hash(block: Block) -> str:
+    return local_hash(_without_cch(block))
 
 
 def _without_cch(block: Block) -> Block | str:
