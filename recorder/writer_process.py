@@ -61,6 +61,7 @@ class WriterProcess:
         for name in _COUNTERS:
             setattr(self, name, 0)
         self.spool_file: Path | None = None
+        self.sent = 0  # items in the pipe: from here on a dead recorder does not lose them
         self._pending: deque[Item] = deque()
         self._wake = threading.Event()
         self._closed = False
@@ -132,17 +133,18 @@ class WriterProcess:
             while self._pending:
                 frames.append(frame(self._pending.popleft()))
             if frames and not self._broken:
-                self._write(b"".join(frames))
+                self._write(b"".join(frames), len(frames))
             elif frames:
                 self.dropped += len(frames)
             if closing and not self._pending:
                 self._end_input()
                 return
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, items: int) -> None:
         try:
             self._pipe.write(data)
             self._pipe.flush()
+            self.sent += items
         except OSError as e:  # the child died: nothing more can be stored this run
             self._broken = True
             self.dropped += 1

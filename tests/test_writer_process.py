@@ -95,7 +95,7 @@ writer.ready()
 writer.submit_session(Session(id="s", host=__import__("socket").gethostname()))
 for seq in range(50):
     writer.submit_exchange("s", captured(seq))
-while writer._pending:  # handed over: in the pipe or in the child
+while writer.sent < 51:  # handed over: in the pipe or in the child
     time.sleep(0.001)
 os.kill(os.getpid(), signal.SIGKILL)
 """
