@@ -49,6 +49,7 @@ __all__ = [
 # Built once: a read of a whole session asks for its row twice (export, show), and working
 # out a statement's shape again costs more than running it (see store.reader).
 _SESSION_ROW = sa.select(sessions).where(sessions.c.id == sa.bindparam("id"))
+_SESSION_ID = sa.select(sessions.c.id).where(sessions.c.id == sa.bindparam("id"))
 
 
 class StoreUnavailable(StoreError):
@@ -286,7 +287,9 @@ class Store:
     def iter_exchanges(self, session_id: str, raw: bool = False) -> Iterator[Exchange]:
         """The session's exchanges in seq order, streamed. Raw bodies are read and
         rebuilt only if `raw`; otherwise they are b"". SessionNotFound at call time."""
-        self.get_session(session_id)
+        with self._guard("read session"), self._engine.connect() as conn:
+            if conn.scalar(_SESSION_ID, {"id": session_id}) is None:
+                raise SessionNotFound(f"no session matches {session_id!r}")
         return self._iter_exchanges(session_id, raw)
 
     def _iter_exchanges(self, session_id: str, raw: bool) -> Iterator[Exchange]:

@@ -82,7 +82,9 @@ def load_session(store: Any, session_id: str) -> SessionData:
     exchanges = list(store.iter_exchanges(session_id))
     found = lineage.analyze(exchanges, harness=session.harness)
     threads = {t.id: _thread(t) for t in found.threads}
-    calls = {ex.seq: _call(ex, found, threads) for ex in exchanges}
+    # A session's calls name a few fingerprints: each made a dict once, shared by its calls.
+    printed = {i: _as_dict(f) for i, f in found.fingerprints.items()}
+    calls = {ex.seq: _call(ex, found, threads, printed) for ex in exchanges}
     placed = {s for t in threads.values() for s in t.seqs}
     for info in calls.values():
         if info.thread not in threads:  # a call lineage did not place gets a thread of its own
@@ -103,13 +105,13 @@ def _thread(t: Any) -> ThreadInfo:
     return ThreadInfo(t.id, t.role, t.parent_thread, spawned, sorted(t.calls))
 
 
-def _call(ex: Exchange, found: Any, threads: dict[str, ThreadInfo]) -> CallInfo:
+def _call(ex: Exchange, found: Any, threads: dict[str, ThreadInfo],
+          printed: dict[str, dict[str, Any] | None]) -> CallInfo:
     c = found.calls.get(ex.seq)
     if c is None:
         role = "main" if ex.kind == "model" else "side"
         return CallInfo(ex.seq, f"{role}-unplaced", role, role)
     thread = threads.get(c.thread)
-    printed = found.fingerprints.get(c.fingerprint) if c.fingerprint else None
     return CallInfo(
         seq=ex.seq,
         thread=str(c.thread),
@@ -119,7 +121,7 @@ def _call(ex: Exchange, found: Any, threads: dict[str, ThreadInfo]) -> CallInfo:
         parent=c.parent,
         retry_of=c.retry_of,
         fingerprint_id=str(c.fingerprint) if c.fingerprint else None,
-        fingerprint=_as_dict(printed),
+        fingerprint=printed.get(c.fingerprint) if c.fingerprint else None,
     )
 
 
