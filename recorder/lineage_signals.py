@@ -51,7 +51,9 @@ _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wr
 Known = tuple[list[Message], tuple[str, ...]]  # messages and their hashes
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, which made
+# building one a tenth of what lineage spends per call. Nothing changes one once made.
+@dataclass(slots=True)
 class Signals:
     seq: int
     session_key: str | None  # the harness's own session id
@@ -103,7 +105,7 @@ def signals_of(ex: Exchange, before: Known | None = None,
         has_tools=bool(request.tools),
         complete=ex.status == COMPLETE,
         messages=messages,
-        reply=_reply_hash(ex),
+        reply=_reply_hash(ex, memo),
         tool_calls=_tool_calls(ex),
         agent_links=_agent_links(request.messages[seen:]),
         user_texts=_texts(_last_user(request)),
@@ -117,11 +119,13 @@ def stream_key(ex: Exchange) -> tuple[str | None, str | None]:
     return _first(headers, SESSION_HEADERS), _first(headers, AGENT_HEADERS)
 
 
-# Local hashes by object identity, for one analysis: id -> (the object, its hash). Records
-# read from one session share the messages, blocks and tools their requests repeat
-# (store.content.Decoded), so with a memo each is hashed once, however many requests resend
-# it. The memo keeps each object alive, so no other object can take its id.
-HashMemo = dict[int, tuple[object, str]]
+# Local hashes by object identity, for one analysis. Records read from one session share the
+# messages, blocks and tools their requests repeat (store.content.Decoded), so with a memo
+# each is hashed once, however many requests resend it. A system block or a tool is keyed by
+# its id, a message by its role and its blocks' ids: a reply and the next request's copy of
+# it are two messages made of the same blocks. The memo keeps what it keys alive, so no other
+# object can take one of those ids.
+HashMemo = dict[int | tuple, tuple[object, str]]
 
 
 def message_hashes(messages: list[Message], before: Known | None = None,
@@ -131,14 +135,22 @@ def message_hashes(messages: list[Message], before: Known | None = None,
     memo = {} if memo is None else memo
     old_messages, old_hashes = before or ([], ())
     shared = shared_prefix(messages, old_messages)
-    return (*old_hashes[:shared], *(memoized(m, memo, message_hash) for m in messages[shared:]))
+    return (*old_hashes[:shared], *(_memoized_message(m, memo) for m in messages[shared:]))
 
 
 def memoized(record: Any, memo: HashMemo, how: Callable[[Any], str]) -> str:
     """how(record), computed once per object in `memo`."""
     found = memo.get(id(record))
-    if found is None or found[0] is not record:
+    if found is None:
         found = memo[id(record)] = (record, how(record))
+    return found[1]
+
+
+def _memoized_message(message: Message, memo: HashMemo) -> str:
+    key = (message.role, *map(id, message.content))
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = (tuple(message.content), message_hash(message))
     return found[1]
 
 
@@ -241,10 +253,10 @@ def _schema_asks_title(request: Request) -> bool:
     return isinstance(props, dict) and list(props) == ["title"]
 
 
-def _reply_hash(ex: Exchange) -> str | None:
+def _reply_hash(ex: Exchange, memo: HashMemo) -> str | None:
     if ex.status != COMPLETE or ex.response is None or not ex.response.content:
         return None
-    return message_hash(Message(role="assistant", content=ex.response.content))
+    return _memoized_message(Message(role="assistant", content=ex.response.content), memo)
 
 
 def _tool_calls(ex: Exchange) -> tuple[tuple[str, str, str | None], ...]:

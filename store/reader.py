@@ -77,14 +77,15 @@ class BlobReader:
     def load(self, names: Iterable[str]) -> None:
         wanted = sorted({n for n in names if n not in self._plain})
         for part in chunks(wanted):
-            rows = self._conn.execute(_BLOB_PLACES, {"names": part}).all()
-            self._decode_packs({r.pack_id for r in rows})
-            for r in rows:
-                data = self._packs[r.pack_id][r.start : r.start + r.length]
-                if content.name(data) != r.hash:
-                    raise StoreError(f"blob {r.hash} does not match its bytes: "
+            # Rows unpacked as tuples: a Row's attributes cost about a microsecond each.
+            places = [tuple(r) for r in self._conn.execute(_BLOB_PLACES, {"names": part})]
+            self._decode_packs({pack for _, pack, _, _ in places})
+            for blob, pack, start, length in places:
+                data = self._packs[pack][start : start + length]
+                if content.name(data) != blob:
+                    raise StoreError(f"blob {blob} does not match its bytes: "
                                      "the store is damaged")
-                self._plain[r.hash] = data
+                self._plain[blob] = data
         missing = [n for n in wanted if n not in self._plain]
         if missing:
             raise StoreError(f"{len(missing)} blobs are missing, e.g. {missing[0]}")
