@@ -1,4 +1,4 @@
-"""Exporters and lineage change no record they read.
+"""Exporters, lineage and the session views change no record they read.
 
 The store shares decoded content between the exchanges of one session read (a message is one
 object in every request that repeats it: store.content.Decoded), so a consumer that changed
@@ -18,6 +18,8 @@ from test_store import make_session, realistic_exchanges, without_raw
 from forge_record import lineage
 from forge_record.exporters import DIRECTORY_FORMATS, FORMATS, Options, export
 from forge_record.store import default_store_url, open_store
+from forge_record.viewer import build_view, render_html
+from forge_record.viewer.terminal import render_text
 
 SESSION = "5eed5eed5eed5eed"
 
@@ -68,4 +70,14 @@ def test_lineage_changes_no_record_it_read(written):
     with open_store(url) as store:
         read = list(store.iter_exchanges(SESSION))
     lineage.analyze(read, harness="claude-code")
+    assert read == sent
+
+
+def test_show_and_view_change_no_record_they_read(written):
+    url, sent = written
+    with open_store(url) as store:
+        session = store.get_session(SESSION)
+        read = list(store.iter_exchanges(SESSION))
+    view = build_view(session, read)
+    assert list(render_text(view, color=False)) and render_html(view)
     assert read == sent
