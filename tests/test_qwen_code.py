@@ -31,6 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DUMMY_KEY = "sk-dummy-qwen-e2e-key-never-real-0000000000"
 FORGE = str(Path(sys.executable).with_name("forge-record"))
 SHELL = "run_shell_command"
+# Qwen Code 0.24.4 runs a one-shot prompt's shell command with child_process and settles on the
+# child's 'exit' event, which can come before its stdout is read: when another of its children
+# (sleep inhibitor, git probe) exits at that moment, libuv reaps ours first and the model is told
+# "Output: (empty)". Its node-pty path waits for the terminal to drain, so the tests use it.
+SETTINGS = {"tools": {"shell": {"enableInteractiveShell": True}}}
 
 
 def find_qwen() -> str | None:
@@ -89,11 +94,13 @@ def chat(mock: MockUpstream, received: Received) -> Reply:
 def qwen_env(tmp_path):
     qwen = find_qwen()
     require(qwen is not None, "Qwen Code is not installed (.ci/run installs it with npm)")
-    (tmp_path / "home").mkdir()
+    home = tmp_path / "home"
+    (home / ".qwen").mkdir(parents=True)
+    (home / ".qwen" / "settings.json").write_bytes(orjson.dumps(SETTINGS))
     (tmp_path / "work").mkdir()
     return {
         "PATH": f"{Path(qwen).parent}{os.pathsep}{os.environ['PATH']}",
-        "HOME": str(tmp_path / "home"),
+        "HOME": str(home),
         "TMPDIR": str(tmp_path),
         "FORGE_RECORD_HOME": str(tmp_path / "forge"),
         "OPENAI_API_KEY": DUMMY_KEY,
@@ -137,7 +144,9 @@ def test_qwen_code_tool_call_is_recorded(qwen_env, route):
     final = next(e for e in turns if e["request"]["messages"][-1]["role"] == "tool")
     [result] = final["request"]["messages"][-1]["content"]
     assert result["tool_call_id"] == call["id"]
-    assert f"{TOOL_MARKER}-output-42" in orjson.dumps(result["content"]).decode()
+    content = orjson.dumps(result["content"]).decode()
+    assert f"{TOOL_MARKER}-output-42" in content
+    assert "Process Group PGID: (none)" not in content, "SETTINGS did not put the command on a PTY"
     assert final["response"]["content"][0]["text"].startswith("The command printed")
     db = Path(qwen_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
