@@ -41,6 +41,9 @@ from forge_record.store.write import AddExchange, AddSession, EndSession, Item
 
 log = logging.getLogger("forge_record")
 
+# Nothing waits on this process's writes, and a transaction of many small exchanges costs
+# much less per exchange than one each: the writer gathers what comes within this time.
+GATHER = 0.05
 _COUNTERS = ("written", "failed", "dropped", "spooled", "overflowed", "replayed", "spool_left")
 
 
@@ -228,7 +231,8 @@ def _open_writer(url: str, *, redact_bodies: bool):
     redactor = config.redactor(home()) if redact_bodies else None
     prepare = functools.partial(finalize, redactor=redactor)
     chains = ResponseChains()  # rebuilds WebSocket calls' full context
-    return Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)))
+    return Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)),
+                       gather=GATHER)
 
 
 def _say(out: IO[str], line: str) -> None:

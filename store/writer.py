@@ -80,9 +80,13 @@ class Writer:
         heartbeat_every: float = HEARTBEAT_EVERY,
         retry_every: float = RETRY_EVERY,
         max_bytes: int = MAX_QUEUED_BYTES,
+        gather: float = 0.0,
     ) -> None:
         """`store` may be None if it did not answer yet; then `opener` (called again every
-        `retry_every` seconds) and `store_fingerprint` are needed. See Writer.open."""
+        `retry_every` seconds) and `store_fingerprint` are needed. See Writer.open.
+        `gather`: seconds to wait, once woken, for more items to write in the same
+        transaction (a transaction of 16 small exchanges costs a third as much per exchange
+        as 16 of one); for a writer that nothing waits on, as in writer_process."""
         if store is None and (opener is None or store_fingerprint is None):
             raise ValueError("a Writer without a store needs an opener and a fingerprint")
         self.store = store
@@ -104,6 +108,7 @@ class Writer:
         self._down = store is None
         self._last_try = time.monotonic()
         self._heartbeat_every, self._retry_every = heartbeat_every, retry_every
+        self._gather = gather
         self._live: set[str] = set()  # sessions this writer records, for the heartbeat
         self._lock = threading.Lock()  # submitters may be on several threads
         self._closed = False
@@ -243,6 +248,8 @@ class Writer:
                 self._idle()
                 continue
             self._wake.clear()
+            if self._gather and len(self._queue) < BATCH and not self._closed:
+                time.sleep(self._gather)
             while batch := self._take(BATCH):
                 self._write([self._prepared(i) for i in batch])
             self._catch_up()
