@@ -4,7 +4,9 @@ Contract: `analyze(exchanges, harness)` is pure (records in, values out; nothing
 and deterministic. Every exchange gets a `Call`: its thread, the call it continues (`parent`),
 a role ("main", "subagent", "side", "retry"), for side calls a `side_kind`, for retries the
 first attempt (`retry_of`), its compaction `segment` within the thread and its harness
-`fingerprint` (forge_record.fingerprint). How a call is placed, first rule that applies:
+`fingerprint` (forge_record.fingerprint; with `fingerprints=False` calls name none and the
+lineage holds none: placing calls does not use them, and making them is a third of the work
+on Claude Code sessions). How a call is placed, first rule that applies:
 
 1. retry: the same request (path + normalized body, Claude Code's per-request `cch=` left
    out) as an earlier call, sent with `x-stainless-retry-count` > 0 or after that attempt
@@ -69,10 +71,11 @@ __all__ = ["Call", "Fingerprint", "Lineage", "Thread", "analyze", "to_dict"]
 TOOL_HARNESSES = {"claude-code", "codex", "gemini-cli", "qwen-code", "opencode", "goose"}
 
 
-def analyze(exchanges: Iterable[Exchange], harness: str | None = None) -> Lineage:
+def analyze(exchanges: Iterable[Exchange], harness: str | None = None, *,
+            fingerprints: bool = True) -> Lineage:
     """The lineage of one session's exchanges; `harness` is the session's shim name, used
     for fingerprints whose request headers do not name their client."""
-    fold = _Fold(harness)
+    fold = _Fold(harness, fingerprints)
     for ex in sorted(exchanges, key=lambda e: e.seq):
         fold.feed(ex)
     return fold.finish()
@@ -88,8 +91,9 @@ class _ThreadState:
 class _Fold:
     """Places calls one at a time, in seq order (see the module docstring for the rules)."""
 
-    def __init__(self, harness: str | None) -> None:
+    def __init__(self, harness: str | None, fingerprints: bool = True) -> None:
         self.harness = harness
+        self.with_fingerprints = fingerprints
         self.calls: dict[int, Call] = {}
         self.signals: dict[int, Signals] = {}
         self.threads: dict[str, _ThreadState] = {}
@@ -112,13 +116,14 @@ class _Fold:
         chain = _chains(sig.messages, hashes, chains)
         if ex.request is not None:
             self.recent[key] = (ex.request.messages, sig.messages, chain)
-        fp = fingerprint_of(ex, self.harness)
-        self.fingerprints.setdefault(fp.id, fp)
         self.signals[sig.seq] = sig
         client = client_of(ex.request_headers)[0]
         call = (self._retry(sig) or self._side(sig, chain) or self._subagent(sig, chain)
                 or self._conversation(sig, chain, client))
-        call.fingerprint = fp.id
+        if self.with_fingerprints:
+            fp = fingerprint_of(ex, self.harness)
+            self.fingerprints.setdefault(fp.id, fp)
+            call.fingerprint = fp.id
         self.calls[sig.seq] = call
         self._thread(call.thread).calls.append(sig.seq)
         if call.thread != SIDE_THREAD:

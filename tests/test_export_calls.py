@@ -64,6 +64,8 @@ def test_one_line_per_model_call_with_its_records(url, dialect):
         assert line["usage"]["output_tokens"] == ex.response.usage.output_tokens
         assert (line["thread_id"], line["thread_role"], line["segment"]) == ("main", "main", 0)
         assert line["reward"] is None and line["session_tags"] == {"suite": "export"}
+        assert line["fingerprint"]["harness"] == SESSIONS[dialect][1]
+        assert line["fingerprint_id"] == line["fingerprint"]["id"]
     assert lines[1]["parent_seq"] == lines[0]["seq"]  # the second call continues the first
 
 

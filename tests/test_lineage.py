@@ -390,6 +390,17 @@ def test_reused_message_hashes_equal_fresh_ones():
     assert reused == message_hashes(later) == tuple(message_hash(m) for m in later)
 
 
+def test_calls_are_placed_alike_without_fingerprints():
+    """Exports whose lines name no fingerprint skip making them; nothing else changes."""
+    exchanges = subagent_session()
+    full, bare = analyze(exchanges, "claude-code"), analyze(exchanges, "claude-code",
+                                                            fingerprints=False)
+    assert bare.fingerprints == {} and {c.fingerprint for c in bare.calls.values()} == {""}
+    for call in full.calls.values():
+        call.fingerprint = ""
+    assert to_dict(bare) == to_dict(full) | {"fingerprints": {}}
+
+
 def test_each_message_object_is_hashed_once_however_often_it_is_resent(monkeypatch):
     """Records read from one session share the message objects their requests repeat
     (store.content.Decoded). Lineage hashes each object once, even when a call of the same

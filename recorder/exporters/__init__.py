@@ -50,11 +50,12 @@ def export(
     filters, options = filters or Filters(), options or Options()
     tally = Tally()
     exporter = exporter_class(fmt)(out, options, tally)
+    fingerprints = getattr(exporter, "fingerprints", True)  # whether its lines carry them
     ids = session_ids(store, filters, tally)
     try:
         for session_id in progress(ids) if progress else ids:
             before = tally.exported
-            exporter.write_session(load_session(store, session_id))
+            exporter.write_session(load_session(store, session_id, fingerprints))
             tally.sessions += tally.exported > before
     finally:
         exporter.close()

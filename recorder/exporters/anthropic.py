@@ -38,6 +38,8 @@ _ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 class Exporter:
+    fingerprints = False  # its lines name no harness fingerprint: lineage need not make them
+
     def __init__(self, out: IO[bytes], options: Options, tally: Tally) -> None:
         self.lines = JsonLines(out)
         self.options = options

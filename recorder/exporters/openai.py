@@ -31,6 +31,8 @@ from forge_record.records import Block, Media, Message, Other, Reasoning, Text, 
 
 
 class Exporter:
+    fingerprints = False  # its lines name no harness fingerprint: lineage need not make them
+
     def __init__(self, out: IO[bytes], options: Options, tally: Tally) -> None:
         self.lines = JsonLines(out)
         self.options = options

@@ -39,6 +39,8 @@ MODEL_SIDE = ("gpt", "function_call")
 
 
 class Exporter:
+    fingerprints = False  # its lines name no harness fingerprint: lineage need not make them
+
     def __init__(self, out: IO[bytes], options: Options, tally: Tally) -> None:
         self.lines = JsonLines(out)
         self.options = options

@@ -77,10 +77,12 @@ class Conversation:
     trained: list[bool]  # per message: an assistant turn a call of the session answered
 
 
-def load_session(store: Any, session_id: str) -> SessionData:
+def load_session(store: Any, session_id: str, fingerprints: bool = True) -> SessionData:
+    """The session with its lineage; without `fingerprints`, its calls name none (for formats
+    that do not write them: lineage makes them at a cost)."""
     session = store.get_session(session_id)
     exchanges = list(store.iter_exchanges(session_id))
-    found = lineage.analyze(exchanges, harness=session.harness)
+    found = lineage.analyze(exchanges, harness=session.harness, fingerprints=fingerprints)
     threads = {t.id: _thread(t) for t in found.threads}
     # A session's calls name a few fingerprints: each made a dict once, shared by its calls.
     printed = {i: _as_dict(f) for i, f in found.fingerprints.items()}
