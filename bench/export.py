@@ -137,7 +137,7 @@ def child(url: str, fmt: str) -> None:
     peak RSS is the export's), one pass that only reads every exchange and one that also runs
     lineage, to split the export's time into reading, lineage and the exporter's own work."""
     from forge_record import lineage
-    from forge_record.exporters import export
+    from forge_record.exporters import export, exporter_class
 
     store = open_store(url)
     ids = [s["id"] for s in store.list_sessions(limit=None)]
@@ -151,9 +151,10 @@ def child(url: str, fmt: str) -> None:
     for i in ids:
         list(store.iter_exchanges(i))
     read_s = time.perf_counter() - started
+    fingerprints = getattr(exporter_class(fmt), "fingerprints", True)  # as the export runs it
     started = time.perf_counter()
     for i in ids:
-        lineage.analyze(list(store.iter_exchanges(i)), harness="bench")
+        lineage.analyze(list(store.iter_exchanges(i)), harness="bench", fingerprints=fingerprints)
     lineage_s = time.perf_counter() - started
     print(json.dumps({"seconds": took, "read_seconds": read_s, "lineage_seconds": lineage_s,
                       "lines": tally.exported, "rss_before_kb": before, "rss_peak_kb": peak}))
