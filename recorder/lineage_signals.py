@@ -91,6 +91,7 @@ def signals_of(ex: Exchange, before: Known | None = None,
     if agent_key == session_key:  # Codex's root thread carries its session id as thread id
         agent_key = None
     codex_label = headers.get(CODEX_SUBAGENT_HEADER, "").strip().lower()
+    user_texts = _texts(_last_user(request))
     return Signals(
         seq=ex.seq,
         session_key=session_key,
@@ -99,7 +100,7 @@ def signals_of(ex: Exchange, before: Known | None = None,
         subagent=_says_subagent(request) or codex_label not in ("", "compact"),
         retry_count=_int(headers.get(RETRY_HEADER)),
         request_hash=_request_hash(ex, messages, memo),
-        side_kind=side_kind_of(ex, codex_label),
+        side_kind=side_kind_of(ex, codex_label, user_texts),
         continues_compacted=_continues_compacted(request),
         decoded=ex.request is not None,
         has_tools=bool(request.tools),
@@ -108,7 +109,7 @@ def signals_of(ex: Exchange, before: Known | None = None,
         reply=_reply_hash(ex, memo),
         tool_calls=_tool_calls(ex),
         agent_links=_agent_links(request.messages[seen:]),
-        user_texts=_texts(_last_user(request)),
+        user_texts=user_texts,
         usage=_usage(ex),
     )
 
@@ -170,9 +171,11 @@ def message_hash(message: Message) -> str:
     return local_hash([message.role, [b for b in message.content if not _empty_text(b)]])
 
 
-def side_kind_of(ex: Exchange, codex_label: str = "") -> str | None:
+def side_kind_of(ex: Exchange, codex_label: str = "",
+                 user_texts: tuple[str, ...] | None = None) -> str | None:
     """"count_tokens", "warmup", "compaction", "title", "summary", "other" when the exchange
-    alone shows it is not a turn of the agent's conversation; None otherwise."""
+    alone shows it is not a turn of the agent's conversation; None otherwise. `user_texts`:
+    the newest user message's texts (_texts), when the caller has them already."""
     request = ex.request or Request()
     if ex.kind != "model":
         path = urlsplit(ex.url).path
@@ -181,7 +184,9 @@ def side_kind_of(ex: Exchange, codex_label: str = "") -> str | None:
         if path.endswith("/responses/compact"):  # Codex's remote compaction
             return "compaction"
         return "warmup" if request.parameters.get("generate") is False else "other"
-    if codex_label == "compact" or _asks_compaction(request):
+    if user_texts is None:
+        user_texts = _texts(_last_user(request))
+    if codex_label == "compact" or any(m in t for t in user_texts for m in COMPACTION_MARKERS):
         return "compaction"
     # A naming or summing-up request is one short exchange without tools; a long one without
     # tools is a conversation of a client that uses none (aider).
@@ -233,11 +238,6 @@ def _without_cch(block: Block) -> Block | str:
     if isinstance(block, Text) and "cch=" in block.text:
         return _CCH.sub("", block.text)
     return block
-
-
-def _asks_compaction(request: Request) -> bool:
-    last = _last_user(request)
-    return last is not None and any(m in t for t in _texts(last) for m in COMPACTION_MARKERS)
 
 
 def _continues_compacted(request: Request) -> bool:
