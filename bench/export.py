@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -181,6 +182,19 @@ def main() -> None:
         child(args.child, args.format)
         return
     root = Path(args.keep or tempfile.mkdtemp(prefix="forge-export-bench-"))
+    try:
+        rows = run(root, args)
+    finally:
+        if not args.keep:  # the stores are tens of MB; --keep is for looking at them after
+            shutil.rmtree(root, ignore_errors=True)
+    report = {"shape": args.shape, "format": args.format, "python": sys.version.split()[0],
+              "cpus": os.cpu_count(), "runs": rows}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+def run(root: Path, args) -> list[dict]:
+    """Build and export the N/4, N/2 and N stores under `root`; one row of figures each."""
     rows = []
     for n in (args.exchanges // 4, args.exchanges // 2, args.exchanges):
         url = default_store_url(root / f"{args.shape}-{n}")
@@ -196,10 +210,7 @@ def main() -> None:
                      "rss_before_mb": round(m["rss_before_kb"] / 1024),
                      "rss_peak_mb": round(m["rss_peak_kb"] / 1024)})
         print(json.dumps(rows[-1]), flush=True)
-    report = {"shape": args.shape, "format": args.format, "python": sys.version.split()[0],
-              "cpus": os.cpu_count(), "runs": rows}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    return rows
 
 
 def parse_args():
