@@ -10,6 +10,8 @@ their figures are diagnostics, never the headline:
   --null-sink           the store writer drops every exchange: capture only
   --writer-thread       the store writer is a thread in the proxy's process (store.Writer)
                         instead of a process of its own, as before forge_record.writer_process
+  --pickle-only         each exchange is pickled for the writer process on the event loop,
+                        then dropped: what the hand-off costs without the pipe and the child
   --gc-freeze           gc.freeze() once the proxy listens: the cyclic GC then never walks
                         the objects that start-up made (SQLAlchemy, mitmproxy, ...)
 """
@@ -24,6 +26,13 @@ def _null_sink() -> None:
     from forge_record.writer_process import WriterProcess
 
     WriterProcess.submit_exchange = lambda self, *args, **kwargs: None
+
+
+def _pickle_only() -> None:
+    from forge_record.store.write import AddExchange
+    from forge_record.writer_process import WriterProcess, frame
+
+    WriterProcess.submit_exchange = lambda self, sid, ex: frame(AddExchange(sid, ex))
 
 
 def _writer_thread() -> None:
@@ -68,6 +77,7 @@ def main() -> None:
     ap.add_argument("--switch-interval", type=float)
     ap.add_argument("--null-sink", action="store_true")
     ap.add_argument("--writer-thread", action="store_true")
+    ap.add_argument("--pickle-only", action="store_true")
     ap.add_argument("--gc-freeze", action="store_true")
     args = ap.parse_args(argv[:split])
     if args.switch_interval:
@@ -76,6 +86,8 @@ def main() -> None:
         _null_sink()
     if args.writer_thread:
         _writer_thread()
+    if args.pickle_only:
+        _pickle_only()
     if args.gc_freeze:
         _gc_freeze()
     from forge_record.cli import main as forge_record
