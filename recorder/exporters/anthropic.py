@@ -18,9 +18,9 @@ dropped otherwise. Images and documents are referenced by URL when the record ha
 from __future__ import annotations
 
 import re
-from typing import IO, Any
+from typing import Any
 
-from forge_record.exporters.base import JsonLines, Options, Tally
+from forge_record.exporters.base import Tally
 from forge_record.exporters.convert import (
     EXTRAS_KEY,
     META_KEY,
@@ -30,28 +30,16 @@ from forge_record.exporters.convert import (
     meta,
     tool_kinds,
 )
-from forge_record.exporters.units import Conversation, SessionData, conversations
+from forge_record.exporters.units import Conversation, ConversationExporter
 from forge_record.records import Block, Media, Other, Reasoning, Text, Tool, ToolCall, ToolResult
 
 NATIVE = "anthropic.messages"
 _ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
-class Exporter:
-    fingerprints = False  # its lines name no harness fingerprint: lineage need not make them
-
-    def __init__(self, out: IO[bytes], options: Options, tally: Tally) -> None:
-        self.lines = JsonLines(out)
-        self.options = options
-        self.tally = tally
-
-    def write_session(self, data: SessionData) -> None:
-        for conversation in conversations(data, self.options, self.tally):
-            self.lines.write(to_line(conversation, self.options.keep_extras, self.tally))
-            self.tally.exported += 1
-
-    def close(self) -> None:
-        pass
+class Exporter(ConversationExporter):
+    def to_line(self, conversation: Conversation) -> dict[str, Any] | None:
+        return to_line(conversation, self.options.keep_extras, self.tally)
 
 
 def to_line(conversation: Conversation, keep: bool, tally: Tally) -> dict[str, Any]:

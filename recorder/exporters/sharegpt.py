@@ -18,9 +18,9 @@ A conversation that still cannot alternate (it opens on the model's side) is ski
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import Any
 
-from forge_record.exporters.base import JsonLines, Options, Tally, dumps
+from forge_record.exporters.base import Tally, dumps
 from forge_record.exporters.convert import (
     EXTRAS_KEY,
     META_KEY,
@@ -31,32 +31,18 @@ from forge_record.exporters.convert import (
     meta,
     tool_kinds,
 )
-from forge_record.exporters.units import Conversation, SessionData, conversations
+from forge_record.exporters.units import Conversation, ConversationExporter
 from forge_record.records import Message, Text, ToolCall, ToolResult
 
 USER_SIDE = ("human", "observation")
 MODEL_SIDE = ("gpt", "function_call")
 
 
-class Exporter:
-    fingerprints = False  # its lines name no harness fingerprint: lineage need not make them
+class Exporter(ConversationExporter):
+    skip_reason = "conversations that cannot alternate"
 
-    def __init__(self, out: IO[bytes], options: Options, tally: Tally) -> None:
-        self.lines = JsonLines(out)
-        self.options = options
-        self.tally = tally
-
-    def write_session(self, data: SessionData) -> None:
-        for conversation in conversations(data, self.options, self.tally):
-            line = to_line(conversation, self.options.keep_extras, self.tally)
-            if line is None:
-                self.tally.skipped["conversations that cannot alternate"] += 1
-                continue
-            self.lines.write(line)
-            self.tally.exported += 1
-
-    def close(self) -> None:
-        pass
+    def to_line(self, conversation: Conversation) -> dict[str, Any] | None:
+        return to_line(conversation, self.options.keep_extras, self.tally)
 
 
 def to_line(conversation: Conversation, keep: bool, tally: Tally) -> dict[str, Any] | None:

@@ -22,10 +22,10 @@ import dataclasses
 import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from forge_record import lineage
-from forge_record.exporters.base import Options, Tally
+from forge_record.exporters.base import JsonLines, Options, Tally
 from forge_record.exporters.pairing import message_key, pair_tool_results, trained_keys
 from forge_record.records import COMPLETE, Block, Exchange, Message, Session, Tool
 
@@ -236,3 +236,32 @@ def _conversation(data, thread, segment, final: Exchange, keys, tally: Tally) ->
         messages, trained = messages[:end], trained[:end]
     return Conversation(data, thread, segment, final, list(final.request.system),
                         list(final.request.tools), messages, trained)
+
+
+class ConversationExporter:
+    """One JSON line per conversation (openai, anthropic, sharegpt). A format says how a
+    conversation becomes its line (`to_line`), and, when one cannot become a line, why it
+    is skipped (`skip_reason`)."""
+
+    fingerprints = False  # its lines name no harness fingerprint: lineage need not make them
+    skip_reason = "conversations the format cannot hold"
+
+    def __init__(self, out: IO[bytes], options: Options, tally: Tally) -> None:
+        self.lines = JsonLines(out)
+        self.options = options
+        self.tally = tally
+
+    def to_line(self, conversation: Conversation) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def write_session(self, data: SessionData) -> None:
+        for conversation in conversations(data, self.options, self.tally):
+            line = self.to_line(conversation)
+            if line is None:
+                self.tally.skipped[self.skip_reason] += 1
+                continue
+            self.lines.write(line)
+            self.tally.exported += 1
+
+    def close(self) -> None:
+        pass
