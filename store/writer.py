@@ -92,7 +92,7 @@ class Writer:
         self.store = store
         self._opener = opener
         self._prepare = prepare
-        self.written = 0  # each counter is changed by one thread only
+        self.written = 0  # counters: kept by the writer thread and the spiller, read after close()
         self.failed = 0
         self.dropped = 0  # submitted after close()
         self.spooled = 0  # by the writer thread, while the store was down
