@@ -29,7 +29,7 @@ from forge_record.records import (
     response_to_dict,
 )
 from forge_record.redact import redact_headers, redact_url
-from forge_record.secrets import Redactor
+from forge_record.secrets import Redactor, strings
 
 log = logging.getLogger("forge_record")
 
@@ -222,8 +222,10 @@ def _flag(ex: Exchange, flag: str) -> None:
 
 def _redact_record(exchange: Exchange, redactor: Redactor) -> None:
     # The request was parsed from the redacted body; the response was folded from the
-    # bytes as they came, so its strings are redacted here, through its plain-dict form.
-    if exchange.response is not None:
+    # bytes as they came, so its strings are redacted here, through its plain-dict form
+    # when any of them may hold a secret (a secret cut across stream events is whole only
+    # here, so this cannot go by the raw body).
+    if exchange.response is not None and redactor.may_hold_secrets(strings(exchange.response)):
         exchange.response = response_from_dict(
             redactor.value(response_to_dict(exchange.response))
         )

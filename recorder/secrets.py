@@ -44,6 +44,15 @@ _ASSIGNMENT = re.compile(
     r"\s*[=:]\s*[\"']?(?P<value>[^\s\"'\\,;]{4,})"
 )
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+# Where a match can start, so that text holding no secret costs a few substring searches
+# (str.find runs at memory speed; the regexes take ~30 ns a character). Every match of a
+# pattern above starts at an occurrence of one of these needles, the given number of
+# characters before it ("IA" for AKIA and ASIA); every assignment starts with one of these
+# names in the lower-cased text ("passw": password and passwd; "key" ends api_key, apikey,
+# access_key and private_key). tests/test_secrets.py checks each pattern's needle.
+_KEY_NEEDLES = (("-----BEGIN ", (0,)), ("sk-", (0,)), ("AIza", (0,)), ("gh", (0,)),
+                ("glpat-", (0,)), ("xox", (0,)), ("IA", (2,)), ("eyJ", (0,)))
+_NAME_NEEDLES = (("passw", (0,)), ("secret", (0,)), ("token", (0,)), ("key", (3, 4, 7, 8)))
 
 
 class Redactor:
@@ -60,10 +69,22 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """`text` with every secret replaced."""
+        if not self.may_hold_secrets(text):
+            return text
         text = self._pattern.sub(self._replace, text)
         if self._custom is not None:
             text = self._custom.sub(lambda m: self._counted("custom", m.group()), text)
         return self._redact_assignments(text)
+
+    def may_hold_secrets(self, text: str) -> bool:
+        """False only if `text()` would leave `text` as it is. It may say True of text that
+        holds no secret, never False of text that holds one; text made of pieces joined by
+        NUL (see `strings`) holds one if any piece does."""
+        if self._custom is not None:
+            return True
+        if any(_starts_a_word(text, m.start()) for m in _matches(self._pattern, text, _KEY_NEEDLES)):
+            return True
+        return any(True for _ in _matches(_ASSIGNMENT, _lowered(text), _NAME_NEEDLES))
 
     def bytes(self, data: bytes) -> bytes:
         """Raw body bytes, redacted as UTF-8 text; bytes that are not UTF-8 are left as they
@@ -76,13 +97,19 @@ class Redactor:
         return data if redacted == decoded else redacted.encode()
 
     def value(self, value: Any) -> Any:
-        """A JSON-like value (dicts, lists, strings) with every string redacted."""
+        """A JSON-like value (dicts, lists, strings) with every string redacted; the value
+        itself when none of its strings holds a secret."""
+        if not self.may_hold_secrets(strings(value)):
+            return value
+        return self._value(value)
+
+    def _value(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {k: self.value(v) for k, v in value.items()}
+            return {k: self._value(v) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.value(v) for v in value]
+            return [self._value(v) for v in value]
         return value
 
     def _replace(self, match: re.Match[str]) -> str:
@@ -91,9 +118,7 @@ class Redactor:
         return self._counted(_kind_of(match.group()), match.group())
 
     def _redact_assignments(self, text: str) -> str:
-        lowered = text.lower()
-        if len(lowered) != len(text):  # a few characters grow when lower-cased
-            lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+        lowered = _lowered(text)
         pieces, last = [], 0
         for match in _ASSIGNMENT.finditer(lowered):
             start, end = match.span("value")
@@ -110,6 +135,44 @@ class Redactor:
 
 
 _KINDS = [(kind, re.compile(pattern, re.DOTALL)) for kind, pattern in _PATTERNS]
+
+
+def strings(value: Any) -> str:
+    """Every string inside a JSON-like value or a record (slotted dataclasses), dict keys
+    left out, joined by NUL: a string holds a secret only if this does (see
+    may_hold_secrets)."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif hasattr(item, "__slots__"):
+            stack.extend(getattr(item, name) for name in item.__slots__)
+    return "\0".join(found)
+
+
+def _lowered(text: str) -> str:
+    """`text` lower-cased character for character: positions stay where they were."""
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a few characters grow when lower-cased
+        lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    return lowered
+
+
+def _matches(pattern: re.Pattern[str], text: str, needles):
+    """The matches of `pattern` that start where `needles` say a match can (in no order)."""
+    for needle, backs in needles:
+        at = text.find(needle)
+        while at >= 0:
+            for back in backs:
+                if at >= back and (match := pattern.match(text, at - back)):
+                    yield match
+            at = text.find(needle, at + 1)
 
 
 def _kind_of(secret: str) -> str:

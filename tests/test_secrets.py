@@ -9,9 +9,14 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from forge_record.capture import Capture, finalize
+from forge_record.decoders import dialect_for
 from forge_record.mock import MockUpstream
-from forge_record.secrets import Redactor, load_key
+from forge_record.records import Response, Text, ToolCall
+from forge_record.secrets import Redactor, load_key, strings
 
 SECRETS = {
     "anthropic_key": "sk-ant-api03-" + "A1b2C3d4" * 5,
@@ -117,3 +122,70 @@ def test_secrets_in_bodies_never_reach_the_store(tmp_path, redact):
     call = ex["request"]["messages"][1]["content"][0]
     assert call["arguments"]["token"].startswith("[REDACTED:github_token:")
     assert orjson.loads(call["arguments_raw"]) == call["arguments"]
+
+
+# --- the prefilter: text that may hold no secret is left alone without the regex passes ----
+
+_PIECES = [*SECRETS.values(), "DB_PASSWORD=hunter22", "api_key: 'abcd1234'", "access_key=",
+           "Private_Key :", "secret", "token", "max_tokens: 1000", "task-", "sk-", "gh", "IA",
+           "eyJ", "xoxb-", "-----BEGIN ", "İ", "\\n", "\\", '"', "=", " ", "\n", "\0", "a", "Z9_-"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), max_size=12))
+def test_the_prefilter_never_passes_over_a_secret(parts):
+    redactor = Redactor(b"k")
+    text = "".join(parts)
+    if not redactor.may_hold_secrets(text):
+        assert redactor.text(text) == text
+    # Over pieces joined by NUL (how records are checked) it answers for every piece.
+    if not redactor.may_hold_secrets(strings(parts)):
+        assert all(redactor.text(p) == p for p in parts)
+
+
+@pytest.mark.parametrize("kind", SECRETS)
+def test_the_prefilter_finds_each_kind(redactor, kind):
+    assert redactor.may_hold_secrets(f"x {SECRETS[kind]} y")
+    assert redactor.may_hold_secrets(strings({"a": ["ok", {"b": SECRETS[kind]}]}))
+
+
+def test_clean_text_and_values_come_back_as_they_are(redactor):
+    text = '{"max_tokens":1024,"messages":[{"role":"user","content":"run the task-list tests"}]}'
+    assert not redactor.may_hold_secrets(text)
+    value = {"content": [{"text": "fine"}], "n": 3}
+    assert redactor.value(value) is value
+    assert redactor.bytes(text.encode()) == text.encode()
+
+
+def test_strings_walks_records_and_values_not_keys():
+    response = Response(id="msg_1", content=[Text(text="hello"),
+                                             ToolCall(id="t1", name="Bash",
+                                                      arguments={"password": ["pw", 1]})])
+    found = strings(response).split("\0")
+    assert {"msg_1", "hello", "t1", "Bash", "pw"} <= set(found)
+    assert "password" not in found  # a key: redaction leaves keys alone, so does the check
+
+
+def test_a_secret_cut_across_stream_events_is_redacted_in_the_record(redactor):
+    # The raw body never holds the key whole, so only the folded record can show it.
+    key = SECRETS["anthropic_key"]
+    events = [b'event: message_start\ndata: {"type":"message_start","message":{"id":"m",'
+              b'"type":"message","role":"assistant","model":"x","content":[],'
+              b'"usage":{"input_tokens":1,"output_tokens":1}}}\n\n',
+              b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+              b'"content_block":{"type":"text","text":""}}\n\n']
+    for piece in (key[:2], key[2:9], key[9:]):
+        events.append(b'event: content_block_delta\ndata: ' + orjson.dumps(
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "text_delta", "text": piece}}) + b"\n\n")
+    events += [b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
+               b'event: message_stop\ndata: {"type":"message_stop"}\n\n']
+    capture = Capture(dialect_for("POST", "/v1/messages"), seq=1, method="POST",
+                      url="https://api.anthropic.com/v1/messages", path="/v1/messages",
+                      headers=[], body=b'{"model":"x","messages":[]}')
+    capture.response_started(200, [("content-type", "text/event-stream")], "text/event-stream", "")
+    for event in events:
+        capture.tee(event)
+    ex = finalize(capture.finish(), redactor)
+    [text] = ex.response.content
+    assert key not in text.text and text.text.startswith("[REDACTED:anthropic_key:")
