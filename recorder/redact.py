@@ -48,6 +48,8 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 def redact_url(url: str) -> str:
     """The URL with credential query values and userinfo masked."""
+    if "?" not in url and "@" not in url:  # nothing to mask: most model calls
+        return url
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
     if not parts.query:

@@ -17,13 +17,12 @@ no blank line ended, but a recorder keeps what arrived, so `flush()` dispatches 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _CR = 0x0D
 
 
-@dataclass(frozen=True, slots=True)
-class ServerSentEvent:
+class ServerSentEvent(NamedTuple):  # a tuple: made several times faster than a dataclass
     event: str | None = None
     data: str = ""
     id: str | None = None
@@ -84,16 +83,27 @@ class SSEDecoder:
         if self._first_line and lines:
             self._first_line = False
             lines[0] = lines[0].removeprefix("\ufeff")  # the spec strips one leading BOM
-        events = []
+        # The common lines are handled here, with the event being built in locals: this loop
+        # runs for every line of every stream, and attribute and method lookups add up.
+        events: list[ServerSentEvent] = []
+        data, event = self._data, self._event
         for line in lines:
             if not line:
-                event = self._dispatch()
-                if event is not None:
-                    events.append(event)
-            elif line.startswith("data:"):  # most lines: the general case, made short
-                self._data.append(line[6:] if line[5:6] == " " else line[5:])
+                if data:
+                    events.append(ServerSentEvent(
+                        event, data[0] if len(data) == 1 else "\n".join(data), self._id,
+                        self._retry))
+                    data = []
+                event = None
+            elif line[:5] == "data:":
+                data.append(line[6:] if line[5:6] == " " else line[5:])
+            elif line[:6] == "event:":
+                event = (line[7:] if line[6:7] == " " else line[6:]) or None
             elif line[0] != ":":
+                self._data, self._event = data, event
                 self._field(line)
+                data, event = self._data, self._event
+        self._data, self._event = data, event
         return events
 
     def _field(self, line: str) -> None:
@@ -116,4 +126,5 @@ class SSEDecoder:
         self._data, self._event = [], None
         if not data:
             return None
-        return ServerSentEvent(event=event, data="\n".join(data), id=self._id, retry=self._retry)
+        return ServerSentEvent(event, data[0] if len(data) == 1 else "\n".join(data), self._id,
+                               self._retry)

@@ -27,7 +27,10 @@ import orjson
 import zstandard
 
 LEVEL = 3  # zstd's own default: fast enough for the writer thread, ~4-10x on JSON bodies
-STREAM_LEVEL = 6  # streams compress a few KB per piece; 6 buys ~5% over 3 for ~0.1 ms
+# Streams compress a few KB per piece. Level 6 made them ~5% smaller than 3 (bench/storage.py:
+# 286 against 294 KB for the 150-call session) at twice the CPU per piece (28 against 13 µs,
+# bench/writer_cost.py), and the writer's CPU is what the recorder costs the machine.
+STREAM_LEVEL = 3
 STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.encoder.SEGMENT_BYTES) all stay in reach
 
 _local = threading.local()

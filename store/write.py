@@ -257,12 +257,20 @@ def _not_yet_stored(conn: sa.Connection, adds: list[AddExchange]) -> list[AddExc
 
 def cleaned(ex: Exchange) -> Exchange:
     """Secrets never reach the database, even if a caller forgot to drop them."""
+    url = redact_url(ex.url)
+    if url == ex.url and not (_has_secrets(ex.request_headers) or
+                              _has_secrets(ex.response_headers)):
+        return ex  # the recorder's exchanges: capture dropped them already
     return dataclasses.replace(
         ex,
-        url=redact_url(ex.url),
+        url=url,
         request_headers=_without_secrets(ex.request_headers),
         response_headers=_without_secrets(ex.response_headers),
     )
+
+
+def _has_secrets(headers: dict[str, str]) -> bool:
+    return any(k.lower() in SECRET_HEADERS for k in headers)
 
 
 def _without_secrets(headers: dict[str, str]) -> dict[str, str]:
