@@ -14,6 +14,8 @@ their figures are diagnostics, never the headline:
                         then dropped: what the hand-off costs without the pipe and the child
   --gc-freeze           gc.freeze() once the proxy listens: the cyclic GC then never walks
                         the objects that start-up made (SQLAlchemy, mitmproxy, ...)
+  --pipe-only           the writer process reads and unpickles every item, then drops it
+                        (bench/pipe_drain.py): the hand-off with its pipe and child, no store
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ def _writer_thread() -> None:
     writer_process.WriterProcess = thread_writer
 
 
+def _pipe_only() -> None:
+    from pathlib import Path
+
+    from forge_record import writer_process
+
+    drain = str(Path(__file__).resolve().with_name("pipe_drain.py"))
+    writer_process.child_command = lambda url, **_: [sys.executable, drain]
+
+
 def _gc_freeze() -> None:
     import gc
 
@@ -79,6 +90,7 @@ def main() -> None:
     ap.add_argument("--writer-thread", action="store_true")
     ap.add_argument("--pickle-only", action="store_true")
     ap.add_argument("--gc-freeze", action="store_true")
+    ap.add_argument("--pipe-only", action="store_true")
     args = ap.parse_args(argv[:split])
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
@@ -90,6 +102,8 @@ def main() -> None:
         _pickle_only()
     if args.gc_freeze:
         _gc_freeze()
+    if args.pipe_only:
+        _pipe_only()
     from forge_record.cli import main as forge_record
 
     sys.argv = ["forge-record", *argv[split + 1:]]

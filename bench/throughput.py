@@ -82,7 +82,7 @@ def _start_targets(children: Children, p: dict, mock_url: str, tmp: Path) -> dic
     for name, kind, mode, extra in wanted:
         proxy = start_proxy(children, kind, mode, mock_url, tmp, name, extra)
         targets[name] = {"proxy": proxy, "port": proxy.port, "ca": proxy.ca, "sent": 0,
-                         "null": "--null-sink" in extra or "--pickle-only" in extra}
+                         "null": bool({"--null-sink", "--pickle-only", "--pipe-only"} & set(extra))}
     return targets
 
 

@@ -54,9 +54,7 @@ class WriterProcess:
     with starting the proxy."""
 
     def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0) -> None:
-        argv = [sys.executable, "-m", "forge_record.writer_process", url]
-        argv += [] if redact_bodies else ["--no-redact-bodies"]
-        argv += ["-v"] * verbose
+        argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose)
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       start_new_session=True)
         assert self._proc.stdin is not None and self._proc.stdout is not None
@@ -175,6 +173,12 @@ class WriterProcess:
         for name in _COUNTERS:
             setattr(self, name, getattr(self, name) + counters.get(name, 0))
         self.spool_file = Path(counters["spool_file"]) if counters.get("spool_file") else None
+
+
+def child_command(url: str, *, redact_bodies: bool, verbose: int) -> list[str]:
+    argv = [sys.executable, "-m", "forge_record.writer_process", url]
+    argv += [] if redact_bodies else ["--no-redact-bodies"]
+    return argv + ["-v"] * verbose
 
 
 def frame(item: Item) -> bytes:
