@@ -16,17 +16,20 @@ The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodie
   after its input ends, one JSON line of the writer's counters;
 - its stderr is the recorder's: its warnings reach the same terminal;
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
-  reach it; it ends when its input does.
+  reach it; it ends when its input does;
+- it lowers its own priority (NICENESS): recording must not take CPU from the agent.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import json
 import logging
 import os
 import pickle
+import select
 import subprocess
 import sys
 import threading
@@ -43,7 +46,12 @@ log = logging.getLogger("forge_record")
 
 # Nothing waits on this process's writes, and a transaction of many small exchanges costs
 # much less per exchange than one each: the writer gathers what comes within this time.
-GATHER = 0.05
+GATHER = 0.1
+# The writer's work can wait and the agent's cannot: on a busy machine the proxy, the agent
+# and the tools it runs go first. Niceness 10 still gives the writer about a tenth of a
+# core that everything else wants, far more than an agent's calls need; a writer that falls
+# behind queues in memory and then spools (store.writer), it never slows the proxy.
+NICENESS = 10
 _COUNTERS = ("written", "failed", "dropped", "spooled", "overflowed", "replayed", "spool_left")
 
 
@@ -51,19 +59,29 @@ class WriterProcess:
     """A store Writer in a child process, with the Writer's interface: submit_*() never block
     and never raise; close() waits for everything to be written; the counters are read at
     close. Start it early and call `ready()` before recording: opening the store overlaps
-    with starting the proxy."""
+    with starting the proxy.
+
+    An item is pickled and written into the pipe by the thread that submits it (the proxy's
+    event loop, for exchanges), without blocking: the pipe is made non-blocking and as large
+    as the system allows. Only when it is full (the child is behind) do frames wait in memory
+    for the sender thread, which writes them in order as the child reads. So an exchange is
+    in the pipe when submit_exchange returns, and a thread is woken only when it must be."""
 
     def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0) -> None:
         argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose)
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       start_new_session=True)
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._pipe, self._answers = self._proc.stdin, self._proc.stdout
+        self._answers = self._proc.stdout
+        self._fd = self._proc.stdin.fileno()
+        os.set_blocking(self._fd, False)
+        _enlarge_pipe(self._fd)
         for name in _COUNTERS:
             setattr(self, name, 0)
         self.spool_file: Path | None = None
         self.sent = 0  # items in the pipe: from here on a dead recorder does not lose them
-        self._pending: deque[Item] = deque()
+        self._lock = threading.Lock()  # submitters and the sender share the pipe and backlog
+        self._backlog: deque[list] = deque()  # [bytes not yet in the pipe, items they end]
         self._wake = threading.Event()
         self._closed = False
         self._broken = False
@@ -102,9 +120,30 @@ class WriterProcess:
                 self.dropped += 1
                 log.warning("forge-record: writer is closed, dropped an item")
             return
-        self._pending.append(item)  # deque.append is atomic; the sender pickles it
-        if not self._wake.is_set():
-            self._wake.set()
+        data = frame(item)
+        with self._lock:
+            if self._broken:
+                self.dropped += 1
+            elif self._backlog:  # behind frames already waiting: keep the order
+                self._backlog.append([data, 1])
+            else:
+                self._write_now(data)
+
+    def _write_now(self, data: bytes) -> None:
+        """Under _lock, with no backlog: write what the pipe takes, keep the rest for the
+        sender thread."""
+        try:
+            done = os.write(self._fd, data)
+        except BlockingIOError:
+            done = 0
+        except OSError as e:
+            self._gone(e, 1)
+            return
+        if done == len(data):
+            self.sent += 1
+            return
+        self._backlog.append([data[done:], 1])
+        self._wake.set()
 
     def close(self, timeout: float = 60) -> None:
         """Send what is pending, end the child's input and wait for its counters."""
@@ -126,35 +165,55 @@ class WriterProcess:
     # --- the sender thread -----------------------------------------------------------------
 
     def _send(self) -> None:
+        writable = select.poll()
+        writable.register(self._fd, select.POLLOUT)
         while True:
             self._wake.wait()
             self._wake.clear()
-            closing = self._closed
-            frames = []
-            while self._pending:
-                frames.append(frame(self._pending.popleft()))
-            if frames and not self._broken:
-                self._write(b"".join(frames), len(frames))
-            elif frames:
-                self.dropped += len(frames)
-            if closing and not self._pending:
-                self._end_input()
+            while self._backlog and not self._broken:
+                writable.poll(1000)  # until the child has read some
+                with self._lock:
+                    self._drain_backlog()
+            if self._closed:
+                with self._lock:  # a submit from here on finds the input ended
+                    self.dropped += sum(items for _, items in self._backlog)
+                    self._backlog.clear()
+                    self._end_input()
                 return
 
-    def _write(self, data: bytes, items: int) -> None:
-        try:
-            self._pipe.write(data)
-            self._pipe.flush()
-            self.sent += items
-        except OSError as e:  # the child died: nothing more can be stored this run
-            self._broken = True
-            self.dropped += 1
-            log.error("forge-record: the store writer is gone (%s); exchanges from now on "
-                      "are not stored", e)
+    def _drain_backlog(self) -> None:
+        """Under _lock: write waiting frames, oldest first, as far as the pipe takes them."""
+        while self._backlog:
+            entry = self._backlog[0]
+            try:
+                done = os.write(self._fd, entry[0])
+            except BlockingIOError:
+                return
+            except OSError as e:
+                self._gone(e, sum(items for _, items in self._backlog))
+                self._backlog.clear()
+                return
+            if done < len(entry[0]):
+                entry[0] = entry[0][done:]
+                return
+            self._backlog.popleft()
+            self.sent += entry[1]
+
+    def _gone(self, error: OSError, items: int) -> None:
+        """The child died: nothing more can be stored this run."""
+        self._broken = True
+        self.dropped += items
+        log.error("forge-record: the store writer is gone (%s); exchanges from now on "
+                  "are not stored", error)
 
     def _end_input(self) -> None:
+        """Under _lock: close the pipe. Nothing is written after this, not even a late
+        submit racing close(): the descriptor's number may be another file's by then."""
+        self._broken = True
+        if self._proc.stdin is None:
+            return
         try:
-            self._pipe.close()
+            self._proc.stdin.close()
         except OSError:
             pass
         self._proc.stdin = None  # closed here: communicate() must not flush it
@@ -173,6 +232,19 @@ class WriterProcess:
         for name in _COUNTERS:
             setattr(self, name, getattr(self, name) + counters.get(name, 0))
         self.spool_file = Path(counters["spool_file"]) if counters.get("spool_file") else None
+
+
+def _enlarge_pipe(fd: int) -> None:
+    """Make the pipe as large as an unprivileged process may (Linux: 1 MiB by default), so
+    that a burst of exchanges fits while the child is busy with the one before."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is None:
+        return
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(fd, set_size, limit)
+    except (OSError, ValueError):
+        pass  # the default size works too, with the sender thread stepping in sooner
 
 
 def child_command(url: str, *, redact_bodies: bool, verbose: int) -> list[str]:
@@ -209,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     from forge_record.commands.common import setup_logging
 
     setup_logging(args.verbose)
+    if hasattr(os, "nice"):
+        os.nice(NICENESS)
     out = sys.stdout
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies)

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -95,8 +96,7 @@ writer.ready()
 writer.submit_session(Session(id="s", host=__import__("socket").gethostname()))
 for seq in range(50):
     writer.submit_exchange("s", captured(seq))
-while writer.sent < 51:  # handed over: in the pipe or in the child
-    time.sleep(0.001)
+assert writer.sent == 51  # in the pipe as soon as submitted: no thread had to run first
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -127,3 +127,39 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_the_writer_runs_below_the_recorder_s_priority(tmp_path, home):
+    writer = WriterProcess(default_store_url(tmp_path))
+    writer.ready()  # the child has set its priority before it says ready
+    try:
+        child = os.getpriority(os.PRIO_PROCESS, writer._proc.pid)
+        assert child == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+    finally:
+        writer.close()
+
+
+def test_a_stalled_writer_never_blocks_a_submit_and_loses_nothing(tmp_path, home):
+    # The child is stopped, so the pipe fills: the frames that do not fit wait in memory
+    # for the sender thread, and go in order once the child reads again.
+    url = default_store_url(tmp_path)
+    writer = WriterProcess(url)
+    writer.ready()
+    big = [captured(seq) for seq in range(60)]
+    for ex in big:
+        ex.raw_response += b": " + b"x" * (64 << 10) + b"\n\n"  # an SSE comment: 64 KB
+    os.kill(writer._proc.pid, signal.SIGSTOP)
+    try:
+        submits = threading.Thread(target=lambda: [writer.submit_session(Session(id="s")),
+                                                   *(writer.submit_exchange("s", ex)
+                                                     for ex in big)])
+        submits.start()
+        submits.join(30)
+        assert not submits.is_alive(), "a submit blocked on the stopped writer"
+        assert writer.sent < 61  # the pipe (at most 1 MiB) could not take 3.9 MB
+    finally:
+        os.kill(writer._proc.pid, signal.SIGCONT)
+    writer.close()
+    assert (writer.sent, writer.written, writer.dropped, writer.failed) == (61, 61, 0, 0)
+    with open_store(url) as store:
+        assert [e.seq for e in store.iter_exchanges("s")] == list(range(60))
