@@ -14,8 +14,10 @@ their figures are diagnostics, never the headline:
                         then dropped: what the hand-off costs without the pipe and the child
   --gc-freeze           gc.freeze() once the proxy listens: the cyclic GC then never walks
                         the objects that start-up made (SQLAlchemy, mitmproxy, ...)
+  --writer-nice N       the store writer process runs at this niceness (nice -n N)
   --pipe-only           the writer process reads and unpickles every item, then drops it
                         (bench/pipe_drain.py): the hand-off with its pipe and child, no store
+  --burn MS             with --pipe-only: the child also spins MS ms of CPU per item
 """
 
 from __future__ import annotations
@@ -56,13 +58,20 @@ def _writer_thread() -> None:
     writer_process.WriterProcess = thread_writer
 
 
-def _pipe_only() -> None:
+def _pipe_only(burn: float) -> None:
     from pathlib import Path
 
     from forge_record import writer_process
 
     drain = str(Path(__file__).resolve().with_name("pipe_drain.py"))
-    writer_process.child_command = lambda url, **_: [sys.executable, drain]
+    writer_process.child_command = lambda url, **_: [sys.executable, drain, "--burn", str(burn)]
+
+
+def _writer_nice(n: int) -> None:
+    from forge_record import writer_process
+
+    command = writer_process.child_command
+    writer_process.child_command = lambda url, **kw: ["nice", "-n", str(n), *command(url, **kw)]
 
 
 def _gc_freeze() -> None:
@@ -91,6 +100,8 @@ def main() -> None:
     ap.add_argument("--pickle-only", action="store_true")
     ap.add_argument("--gc-freeze", action="store_true")
     ap.add_argument("--pipe-only", action="store_true")
+    ap.add_argument("--burn", type=float, default=0.0)
+    ap.add_argument("--writer-nice", type=int)
     args = ap.parse_args(argv[:split])
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
@@ -103,7 +114,9 @@ def main() -> None:
     if args.gc_freeze:
         _gc_freeze()
     if args.pipe_only:
-        _pipe_only()
+        _pipe_only(args.burn)
+    if args.writer_nice is not None:
+        _writer_nice(args.writer_nice)
     from forge_record.cli import main as forge_record
 
     sys.argv = ["forge-record", *argv[split + 1:]]

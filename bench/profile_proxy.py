@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--gil", action="store_true",
                     help="sample only the thread holding the GIL (py-spy --gil): CPU, not waits")
     ap.add_argument("--extra", default="", help="bench/forge_proc.py experiment arguments")
+    ap.add_argument("--children", action="store_true",
+                    help="also sample the processes the proxy started (the store writer)")
     args = ap.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     p = {"concurrency": 20, "model": args.model}
@@ -90,13 +92,15 @@ def main() -> None:
         stacks = args.raw or Path(tmp) / "stacks.txt"
         spy = subprocess.Popen([py_spy, "record", "--pid", str(proxy.child.pid), "--rate", "200",
                                 "--format", "raw", "--threads", "--nonblocking",
-                                "--output", str(stacks), *(["--gil"] if args.gil else [])],
+                                "--output", str(stacks), *(["--gil"] if args.gil else []),
+                                *(["--subprocesses"] if args.children else [])],
                                stdout=subprocess.DEVNULL)
         time.sleep(1.0)  # let py-spy attach
-        cpu0 = proxy.cpu_seconds()
+        cpu_of = proxy.cpu_seconds if args.children else proxy.proxy_cpu_seconds
+        cpu0 = cpu_of()
         load = _load(port, p, args.exchanges, ca)
         proxy.drain(0 if "--null-sink" in args.extra else 100 + args.exchanges)
-        cpu = proxy.cpu_seconds() - cpu0
+        cpu = cpu_of() - cpu0
         spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
         spy.wait(30)
         per_exchange = 1000 * cpu / load["exchanges"]
