@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from forge_record.writer_process import read_items
+from forge_record.writer_process import GATHER, read_batches
 
 
 def main() -> None:
@@ -22,9 +22,9 @@ def main() -> None:
     args = ap.parse_args()
     print("ready", flush=True)
     items = 0
-    for _ in read_items(sys.stdin.buffer):
-        items += 1
-        until = time.thread_time() + args.burn / 1000
+    for batch in read_batches(sys.stdin.fileno(), GATHER):
+        items += len(batch)
+        until = time.thread_time() + len(batch) * args.burn / 1000
         while time.thread_time() < until:
             pass
     print(json.dumps({"written": items}), flush=True)

@@ -45,8 +45,9 @@ from forge_record.store.write import AddExchange, AddSession, EndSession, Item
 log = logging.getLogger("forge_record")
 
 # Nothing waits on this process's writes, and a transaction of many small exchanges costs
-# much less per exchange than one each: the writer gathers what comes within this time.
+# much less per exchange than one each: the reader gathers what comes within this time.
 GATHER = 0.1
+_READ = 1 << 20
 # The writer's work can wait and the agent's cannot: on a busy machine the proxy, the agent
 # and the tools it runs go first. Niceness 10 still gives the writer about a tenth of a
 # core that everything else wants, far more than an agent's calls need; a writer that falls
@@ -258,15 +259,47 @@ def frame(item: Item) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
-def read_items(stream: IO[bytes]):
-    """The items of a WriterProcess's pipe, up to its end (a torn last item ends it too)."""
-    while len(head := stream.read(4)) == 4:
-        data = stream.read(int.from_bytes(head, "big"))
+def read_batches(fd: int, gather: float = 0.0):
+    """The items of a WriterProcess's pipe, a list at a time, up to its end: wait for the
+    recorder's next bytes, let `gather` seconds pass, take everything the pipe holds. So the
+    reader wakes once per batch rather than once per exchange, and the writer thread is
+    handed the batch at once. A torn last item (the recorder died writing it) is dropped."""
+    buffer = bytearray()
+    readable = select.poll()
+    readable.register(fd, select.POLLIN)
+    ended = False
+    while not ended:
+        chunk = os.read(fd, _READ)  # blocks until the recorder writes, or ends
+        ended = not chunk
+        buffer += chunk
+        if not ended and gather:
+            time.sleep(gather)
+        while not ended and readable.poll(0):
+            chunk = os.read(fd, _READ)
+            ended = not chunk
+            buffer += chunk
+        items, used = _unframe(buffer)
+        del buffer[:used]
+        if items:
+            yield items
+    if buffer:
+        log.warning("forge-record: the last item from the recorder was cut short")
+
+
+def _unframe(buffer: bytearray) -> tuple[list[Item], int]:
+    """The whole frames at the start of `buffer`, and how many bytes they took."""
+    items, at, view = [], 0, memoryview(buffer)
+    while len(buffer) - at >= 4:
+        size = int.from_bytes(view[at:at + 4], "big")
+        if len(buffer) - at - 4 < size:
+            break
         try:
-            yield pickle.loads(data)
-        except Exception:  # noqa: BLE001 - torn by the parent's death: nothing follows
-            log.warning("forge-record: the last item from the recorder was cut short")
-            return
+            items.append(pickle.loads(view[at + 4:at + 4 + size]))
+        except Exception:  # noqa: BLE001 - one bad frame must not cost the others
+            log.exception("forge-record: an item from the recorder could not be read")
+        at += 4 + size
+    view.release()
+    return items, at
 
 
 # --- the child ---------------------------------------------------------------------------
@@ -290,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         _say(out, f"error: {e}")
         return 1
     _say(out, "ready")
-    for item in read_items(sys.stdin.buffer):
-        writer.submit(item)
+    for items in read_batches(sys.stdin.fileno(), GATHER):
+        for item in items:
+            writer.submit(item)
     writer.close()
     counters: dict[str, Any] = {name: getattr(writer, name) for name in _COUNTERS}
     counters["spool_file"] = str(writer.spool_file) if writer.spool_file else None
@@ -309,8 +343,7 @@ def _open_writer(url: str, *, redact_bodies: bool):
     redactor = config.redactor(home()) if redact_bodies else None
     prepare = functools.partial(finalize, redactor=redactor)
     chains = ResponseChains()  # rebuilds WebSocket calls' full context
-    return Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)),
-                       gather=GATHER)
+    return Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)))
 
 
 def _say(out: IO[str], line: str) -> None:

@@ -18,7 +18,8 @@ import pytest
 from forge_record.errors import StoreError
 from forge_record.records import Exchange, Session
 from forge_record.store import default_store_url, open_store
-from forge_record.writer_process import WriterProcess
+from forge_record.store.write import AddExchange
+from forge_record.writer_process import WriterProcess, frame, read_batches
 
 SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub-token-shaped dummy
 STREAM = (
@@ -163,3 +164,19 @@ def test_a_stalled_writer_never_blocks_a_submit_and_loses_nothing(tmp_path, home
     assert (writer.sent, writer.written, writer.dropped, writer.failed) == (61, 61, 0, 0)
     with open_store(url) as store:
         assert [e.seq for e in store.iter_exchanges("s")] == list(range(60))
+
+
+def test_the_reader_takes_whole_frames_in_batches_and_drops_a_torn_last_one(caplog):
+    frames = [frame(AddExchange("s", captured(seq))) for seq in range(5)]
+    data = b"".join(frames) + frames[0][:10]  # the recorder died in the middle of a frame
+    read, write = os.pipe()
+    writing = threading.Thread(target=lambda: [os.write(write, data[i:i + 7])
+                                                for i in range(0, len(data), 7)] and
+                               os.close(write))
+    writing.start()
+    batches = list(read_batches(read, gather=0.01))
+    writing.join()
+    os.close(read)
+    assert [i.exchange.seq for batch in batches for i in batch] == list(range(5))
+    assert all(batches)  # no empty batch is handed on
+    assert "cut short" in caplog.text
