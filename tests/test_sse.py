@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forge_record.sse import ServerSentEvent, SSEDecoder
 
@@ -176,3 +178,29 @@ def test_random_splits_equal_whole():
         cuts = sorted(rng.sample(range(1, len(STREAM)), rng.randint(1, 12)))
         bounds = [0, *cuts, len(STREAM)]
         assert decode(*(STREAM[a:b] for a, b in zip(bounds, bounds[1:]))) == whole
+
+
+# Whole blocks of simple events are read in one regex pass (SSEDecoder._tiled); fed a byte
+# at a time the same stream goes line by line. Both must agree on any mix of lines.
+_LINES = ["event: a", "event: ", "event:  two spaces", "event:b", "data: {\"x\": 1}", "data: ",
+          "data:", "data:nospace", "data:  two", ": comment", "id: 7", "retry: 5", "", "",
+          "data: é世", "event: message_stop", "bogus", "\ufeffdata: bom", "data: a\rb"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_LINES), max_size=14),
+       st.sampled_from(["\n", "\r\n", "\r"]), st.booleans())
+def test_one_pass_reading_equals_line_by_line(lines, ending, blank_end):
+    stream = (ending.join(lines) + ending + (ending if blank_end else "")).encode()
+    assert decode(stream) == decode(*(stream[i:i + 1] for i in range(len(stream))))
+
+
+def test_simple_events_of_either_form_are_read_in_one_pass():
+    named = b'event: a\ndata: {"n":1}\n\nevent: \ndata: x\n\n'
+    assert SSEDecoder()._tiled(named.decode()) == [ServerSentEvent("a", '{"n":1}'),
+                                                  ServerSentEvent(None, "x")]
+    assert SSEDecoder()._tiled("data: 1\n\ndata: [DONE]\n\n") == [ServerSentEvent(None, "1"),
+                                                                 ServerSentEvent(None, "[DONE]")]
+    for other in ("event: a\ndata: 1\n\ndata: 2\n\n", "data: 1\n\n: ping\n\n",
+                  "data: 1\r\n\r\n", "data: a\rb\n\n", "event: a\ndata: 1\ndata: 2\n\n"):
+        assert SSEDecoder()._tiled(other) is None, other
