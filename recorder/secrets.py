@@ -50,9 +50,13 @@ _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 # characters before it ("IA" for AKIA and ASIA); every assignment starts with one of these
 # names in the lower-cased text ("passw": password and passwd; "key" ends api_key, apikey,
 # access_key and private_key). tests/test_secrets.py checks each pattern's needle.
-_KEY_NEEDLES = (("-----BEGIN ", (0,)), ("sk-", (0,)), ("AIza", (0,)), ("gh", (0,)),
-                ("glpat-", (0,)), ("xox", (0,)), ("IA", (2,)), ("eyJ", (0,)))
-_NAME_NEEDLES = (("passw", (0,)), ("secret", (0,)), ("token", (0,)), ("key", (3, 4, 7, 8)))
+# A needle with a gate is looked for only if its gate, a character of it that is rare in
+# model traffic, occurs: one memchr, a hundred times faster than the search.
+_KEY_NEEDLES = (("-----BEGIN ", (0,), ""), ("sk-", (0,), ""), ("AIza", (0,), "z"),
+                ("gh", (0,), ""), ("glpat-", (0,), ""), ("xox", (0,), ""), ("IA", (2,), "I"),
+                ("eyJ", (0,), "J"))
+_NAME_NEEDLES = (("passw", (0,), ""), ("secret", (0,), ""), ("token", (0,), ""),
+                 ("key", (3, 4, 7, 8), ""))
 
 
 class Redactor:
@@ -166,7 +170,9 @@ def _lowered(text: str) -> str:
 
 def _matches(pattern: re.Pattern[str], text: str, needles):
     """The matches of `pattern` that start where `needles` say a match can (in no order)."""
-    for needle, backs in needles:
+    for needle, backs, gate in needles:
+        if gate and gate not in text:
+            continue
         at = text.find(needle)
         while at >= 0:
             for back in backs:
