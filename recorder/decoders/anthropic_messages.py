@@ -249,17 +249,24 @@ class _StreamDecoder:
         self._blocks.append(dict(data["content_block"]))
 
     def _on_block_delta(self, data: dict[str, Any]) -> None:
-        index, delta = self._index(data), data["delta"]
+        # Most events of a stream come here: _index() is inlined, the common case first.
+        index, delta = data["index"], data["delta"]
+        if not 0 <= index < len(self._blocks):
+            raise IndexError(f"no content block {index}")
         block, kind = self._blocks[index], delta["type"]
-        if kind not in _DELTA_TARGETS:
+        targets = _DELTA_TARGETS.get(kind)
+        if targets is None:
             self._keep("unknown_events", data)
-        elif block.get("type") not in _DELTA_TARGETS[kind]:
+        elif block.get("type") not in targets:
             pass  # like the SDK: a delta for another kind of block is dropped
-        elif kind in _GROWS:
-            fragment = delta[_GROWS[kind]]
+        elif (grows := _GROWS.get(kind)) is not None:
+            fragment = delta[grows]
             if not isinstance(fragment, str):
                 raise TypeError("fragment is not a string")
-            self._fragments.setdefault(index, []).append(fragment)
+            fragments = self._fragments.get(index)
+            if fragments is None:
+                fragments = self._fragments[index] = []
+            fragments.append(fragment)
         elif kind == "signature_delta":
             block["signature"] = delta["signature"]  # replaces: it is not streamed in parts
         else:  # citations_delta
