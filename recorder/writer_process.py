@@ -49,9 +49,11 @@ log = logging.getLogger("forge_record")
 GATHER = 0.1
 _READ = 1 << 20
 # The writer's work can wait and the agent's cannot: on a busy machine the proxy, the agent
-# and the tools it runs go first. Niceness 10 still gives the writer about a tenth of a
-# core that everything else wants, far more than an agent's calls need; a writer that falls
-# behind queues in memory and then spools (store.writer), it never slows the proxy.
+# and the tools it runs go first. The writer runs as batch work (SCHED_BATCH, which also
+# drops a real-time policy inherited from the recorder) at niceness 10, which still gives
+# it about a tenth of a core that everything else wants, far more than an agent's calls
+# need; a writer that falls behind queues in memory and then spools (store.writer), it
+# never slows the proxy.
 NICENESS = 10
 _COUNTERS = ("written", "failed", "dropped", "spooled", "overflowed", "replayed", "spool_left")
 
@@ -314,8 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     from forge_record.commands.common import setup_logging
 
     setup_logging(args.verbose)
-    if hasattr(os, "nice"):
-        os.nice(NICENESS)
+    _step_back()
     out = sys.stdout
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies)
@@ -331,6 +332,18 @@ def main(argv: list[str] | None = None) -> int:
     counters["spool_file"] = str(writer.spool_file) if writer.spool_file else None
     _say(out, json.dumps(counters))
     return 0
+
+
+def _step_back() -> None:
+    """Lower this process's priority (see NICENESS); before any thread starts, so that the
+    writer thread has it too."""
+    if hasattr(os, "SCHED_BATCH"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError:
+            pass  # not on this system: niceness alone
+    if hasattr(os, "nice"):
+        os.nice(NICENESS)
 
 
 def _open_writer(url: str, *, redact_bodies: bool):

@@ -130,12 +130,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_the_writer_runs_below_the_recorder_s_priority(tmp_path, home):
+def test_the_writer_runs_as_batch_work_below_the_recorder_s_priority(tmp_path, home):
     writer = WriterProcess(default_store_url(tmp_path))
     writer.ready()  # the child has set its priority before it says ready
     try:
         child = os.getpriority(os.PRIO_PROCESS, writer._proc.pid)
         assert child == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+        if hasattr(os, "SCHED_BATCH"):
+            assert os.sched_getscheduler(writer._proc.pid) == os.SCHED_BATCH
     finally:
         writer.close()
 
