@@ -15,6 +15,14 @@ their figures are diagnostics, never the headline:
   --gc-freeze           gc.freeze() once the proxy listens: the cyclic GC then never walks
                         the objects that start-up made (SQLAlchemy, mitmproxy, ...)
   --writer-nice N       the store writer process runs at this niceness (nice -n N)
+  --pythonpath DIR      run forge-record from DIR (its writer process too) instead of this
+                        checkout: A/B two revisions in one interleaved run. DIR holds a
+                        `forge_record` package laid out as installed, e.g. for revision REV:
+                          git worktree add /tmp/rev REV && mkdir /tmp/rev-pkg &&
+                          ln -s /tmp/rev/recorder /tmp/rev-pkg/forge_record &&
+                          for d in store addons harness_shims; do
+                            ln -s /tmp/rev/$d /tmp/rev/recorder/$d; done
+                        then --variant rev=--pythonpath=/tmp/rev-pkg
   --pipe-only           the writer process reads and unpickles every item, then drops it
                         (bench/pipe_drain.py): the hand-off with its pipe and child, no store
   --burn MS             with --pipe-only: the child also spins MS ms of CPU per item
@@ -102,7 +110,14 @@ def main() -> None:
     ap.add_argument("--pipe-only", action="store_true")
     ap.add_argument("--burn", type=float, default=0.0)
     ap.add_argument("--writer-nice", type=int)
+    ap.add_argument("--pythonpath")
     args = ap.parse_args(argv[:split])
+    if args.pythonpath:  # before anything imports forge_record
+        import os
+
+        sys.path.insert(0, args.pythonpath)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (args.pythonpath, os.environ.get("PYTHONPATH")) if p)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     if args.null_sink:
