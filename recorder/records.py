@@ -11,6 +11,7 @@ text, reasoning, tool_call, tool_result, image, document, other.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -193,16 +194,21 @@ _BLOCK_TYPES: dict[str, type] = {
 
 def block_to_dict(block: Block) -> dict[str, Any]:
     out: dict[str, Any] = {"type": block.type}
-    for f in fields(block):
-        value = getattr(block, f.name)
-        if f.name == "content" and isinstance(block, ToolResult):
+    for name in _field_names(type(block)):
+        value = getattr(block, name)
+        if name == "content" and isinstance(block, ToolResult):
             value = [block_to_dict(b) for b in value]
-        if value is None or f.name == "type":
+        if value is None or name == "type":
             continue
-        if value is False and f.name in ("parse_error", "server", "is_error"):
+        if value is False and name in ("parse_error", "server", "is_error"):
             continue
-        out[f.name] = value
+        out[name] = value
     return out
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))  # fields() itself costs a µs or two a call
 
 
 def block_from_dict(data: dict[str, Any]) -> Block:
@@ -247,11 +253,15 @@ def request_from_dict(data: dict[str, Any]) -> Request:
     )
 
 
-def response_to_dict(resp: Response) -> dict[str, Any]:
+_BLOCKS = object()
+
+
+def response_to_dict(resp: Response, content: Any = _BLOCKS) -> dict[str, Any]:
+    """`content`, if given, stands for the blocks (the store puts a blob name there)."""
     return {
         "id": resp.id,
         "model": resp.model,
-        "content": _blocks(resp.content),
+        "content": _blocks(resp.content) if content is _BLOCKS else content,
         "stop_reason": resp.stop_reason,
         "usage": _usage_to_dict(resp.usage),
         "error": resp.error,

@@ -94,8 +94,7 @@ def manifest(
     meta = {f: getattr(exchange, f) for f in _META_FIELDS}
     response = None
     if exchange.response is not None:
-        response = response_to_dict(exchange.response)
-        response["content"] = answer
+        response = response_to_dict(exchange.response, content=answer)
     return {"v": MANIFEST_VERSION, "exchange": meta, "request": request,
             "response": response, "raw_parent": raw_parent}
 
