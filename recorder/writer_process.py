@@ -4,7 +4,7 @@
 thread beside the proxy. Folding a response, parsing a request, redacting, compressing and
 the database all cost Python time; in the proxy's process that time is taken under the same
 GIL as the event loop that streams the agent's calls, which then waits for it. Here it runs
-on another core, and the proxy's part is to queue the item and pickle it on a sender thread.
+on another core, and the proxy's part is to pickle the item into a non-blocking pipe.
 
 It is also what keeps a finished exchange when the recorder is killed: the items already in
 the pipe are read, written and committed by this process after its parent is gone (it sees
@@ -17,7 +17,9 @@ The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodie
 - its stderr is the recorder's: its warnings reach the same terminal;
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
   reach it; it ends when its input does;
-- it lowers its own priority (NICENESS): recording must not take CPU from the agent.
+- it lowers its own priority (SCHED_BATCH, NICENESS): recording must not take CPU from the
+  agent;
+- it reads its input a batch at a time (GATHER) and writes each batch in one transaction.
 """
 
 from __future__ import annotations
