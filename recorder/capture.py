@@ -189,13 +189,15 @@ def _settle(ex: Exchange, decoder: ResponseDecoder | None) -> None:
             ex.response = decoder.finish()
         except Exception as e:  # noqa: BLE001
             decoder = _decoder_failed(ex, e)
+    # Complete means the protocol's terminal event arrived. A connection that ended after it
+    # (an agent that hangs up once it has `[DONE]`, before the last bytes of the transfer)
+    # keeps its `aborted:` flag, but the record is whole.
     complete = decoder is not None and decoder.complete
-    aborted = any(f.startswith("aborted:") for f in ex.flags)
     if ex.http_status is not None and ex.http_status >= 400 or (
         ex.response is not None and ex.response.error
     ):
         ex.status = ERROR
-    elif aborted or not complete:
+    elif not complete:
         ex.status = INCOMPLETE
     else:
         ex.status = COMPLETE

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_record.capture import Capture, finalize
-from forge_record.decoders import DIALECTS
+from forge_record.decoders import DIALECTS, dialect_for
 
 STREAMS = sorted((Path(__file__).parent / "data" / "sse").glob("*/*.sse"))
 CONTENT_TYPES = ["text/event-stream", "application/json", ""]
@@ -69,3 +69,20 @@ def test_a_call_that_got_no_response_is_incomplete_without_a_decoder_fault(caplo
     assert ex.status == "incomplete" and ex.response is None
     assert ex.flags == ["aborted:connection refused"]
     assert not caplog.records
+
+
+def test_a_connection_that_ends_after_the_terminal_event_leaves_a_complete_record():
+    # An agent that hangs up once it has [DONE], before the transfer's last bytes (gzip's
+    # trailer, the final chunk): everything the protocol sends has arrived.
+    capture = Capture(dialect_for("POST", "/v1/chat/completions"), seq=1, method="POST",
+                      url="https://example.test/v1/chat/completions",
+                      path="/v1/chat/completions", headers=[],
+                      body=b'{"model": "m", "messages": [], "stream": true}')
+    capture.response_started(200, [("content-type", "text/event-stream")],
+                             "text/event-stream", "")
+    capture.tee(b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":'
+                b'[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+                b"data: [DONE]\n\n")
+    ex = finalize(capture.finish("Client disconnected."))
+    assert ex.status == "complete" and ex.flags == ["aborted:Client disconnected."]
+    assert ex.response.content[0].text == "hi"
