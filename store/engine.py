@@ -14,8 +14,9 @@ and writers can ask for BEGIN IMMEDIATE (see `writing()`).
 from __future__ import annotations
 
 import os
-
 import re
+import sqlite3
+import time
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -119,9 +120,24 @@ def _sqlite_connect(dbapi_conn, _record) -> None:
     cursor = dbapi_conn.cursor()
     try:
         for pragma in _SQLITE_PRAGMAS:
-            cursor.execute(pragma)
+            _execute_when_free(cursor, pragma)
     finally:
         cursor.close()
+
+
+def _execute_when_free(cursor, statement: str) -> None:
+    """Run `statement`, retrying while the database is locked, up to the busy timeout.
+    SQLite gives up at once, without its busy handler, when switching a fresh file to WAL
+    while another connection does the same: recorders that start together on a new store."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute(statement)
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _sqlite_begin(conn) -> None:
