@@ -119,9 +119,9 @@ class SSEDecoder:
     def _tiled(self, text: str) -> list[ServerSentEvent] | None:
         """The events of `text` if it is simple events end to end, else None. Matches that
         do not overlap and add up to the text's length leave no gap between them."""
-        ident, retry = self._id, self._retry
         if "\r" in text:  # a line ending too
             return None
+        ident, retry = self._id, self._retry
         if text.startswith("event: "):
             named = _NAMED_EVENT.findall(text)
             if sum(len(name) + len(data) for name, data in named) + 16 * len(named) == len(text):

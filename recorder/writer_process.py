@@ -86,7 +86,7 @@ class WriterProcess:
         self.spool_file: Path | None = None
         self.sent = 0  # items in the pipe: from here on a dead recorder does not lose them
         self._lock = threading.Lock()  # submitters and the sender share the pipe and backlog
-        self._backlog: deque[list] = deque()  # [bytes not yet in the pipe, items they end]
+        self._backlog: deque[bytes] = deque()  # frames not yet in the pipe, one item each
         self._wake = threading.Event()
         self._closed = False
         self._broken = False
@@ -130,7 +130,7 @@ class WriterProcess:
             if self._broken:
                 self.dropped += 1
             elif self._backlog:  # behind frames already waiting: keep the order
-                self._backlog.append([data, 1])
+                self._backlog.append(data)
             else:
                 self._write_now(data)
 
@@ -147,7 +147,7 @@ class WriterProcess:
         if done == len(data):
             self.sent += 1
             return
-        self._backlog.append([data[done:], 1])
+        self._backlog.append(data[done:])
         self._wake.set()
 
     def close(self, timeout: float = 60) -> None:
@@ -181,7 +181,7 @@ class WriterProcess:
                     self._drain_backlog()
             if self._closed:
                 with self._lock:  # a submit from here on finds the input ended
-                    self.dropped += sum(items for _, items in self._backlog)
+                    self.dropped += len(self._backlog)
                     self._backlog.clear()
                     self._end_input()
                 return
@@ -189,20 +189,20 @@ class WriterProcess:
     def _drain_backlog(self) -> None:
         """Under _lock: write waiting frames, oldest first, as far as the pipe takes them."""
         while self._backlog:
-            entry = self._backlog[0]
+            data = self._backlog[0]
             try:
-                done = os.write(self._fd, entry[0])
+                done = os.write(self._fd, data)
             except BlockingIOError:
                 return
             except OSError as e:
-                self._gone(e, sum(items for _, items in self._backlog))
+                self._gone(e, len(self._backlog))
                 self._backlog.clear()
                 return
-            if done < len(entry[0]):
-                entry[0] = entry[0][done:]
+            if done < len(data):
+                self._backlog[0] = data[done:]  # the rest of the same item
                 return
             self._backlog.popleft()
-            self.sent += entry[1]
+            self.sent += 1
 
     def _gone(self, error: OSError, items: int) -> None:
         """The child died: nothing more can be stored this run."""
