@@ -195,6 +195,13 @@ def start_proxy(children: Children, kind: str, mode: str, upstream: str, tmp: Pa
 
 
 _ROUTING_VARS = {"ANTHROPIC_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"}
+_NOTHING_STORED = {"--null-sink", "--pickle-only", "--pipe-only"}
+
+
+def stores(extra: tuple[str, ...] | list[str]) -> bool:
+    """Whether forge with these bench/forge_proc.py experiments writes the store (so that
+    its CPU is read only once the store holds every exchange)."""
+    return not _NOTHING_STORED & set(extra)
 
 
 def renice(increment: int) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Children, start_mock, start_proxy  # noqa: E402
+from common import Children, start_mock, start_proxy, stores  # noqa: E402
 from throughput import _load  # noqa: E402
 
 
@@ -99,7 +99,7 @@ def main() -> None:
         cpu_of = proxy.cpu_seconds if args.children else proxy.proxy_cpu_seconds
         cpu0 = cpu_of()
         load = _load(port, p, args.exchanges, ca)
-        proxy.drain(0 if "--null-sink" in args.extra else 100 + args.exchanges)
+        proxy.drain(100 + args.exchanges if stores(args.extra.split()) else 0)
         cpu = cpu_of() - cpu0
         spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
         spy.wait(30)

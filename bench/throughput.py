@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     BENCH, Children, fmt, machine_markdown, machine_notes, median, ratio, renice, start_mock,
-    start_proxy,
+    start_proxy, stores,
 )
 
 MODEL_HOST = "api.anthropic.com"
@@ -82,7 +82,7 @@ def _start_targets(children: Children, p: dict, mock_url: str, tmp: Path) -> dic
     for name, kind, mode, extra in wanted:
         proxy = start_proxy(children, kind, mode, mock_url, tmp, name, extra)
         targets[name] = {"proxy": proxy, "port": proxy.port, "ca": proxy.ca, "sent": 0,
-                         "null": bool({"--null-sink", "--pickle-only", "--pipe-only"} & set(extra))}
+                         "null": not stores(extra)}
     return targets
 
 
