@@ -4,6 +4,13 @@
 `InProcessProxy` starts a mitmproxy master with the recorder addon on 127.0.0.1 (port 0 picks
 a free one), returns once it listens, and shuts it down on `stop()`. The master's event loop
 lives on its own thread, so the main thread stays free to wait on the agent and its signals.
+
+mitmproxy runs every hook through every addon of its chain, and each flow raises several hooks,
+each twice (the hook, then `update`): with its ~30 stock addons that walk is a fifth of the
+proxy's CPU per small exchange (bench/profile_proxy.py). Most stock addons do nothing unless
+an option of theirs is set (map_remote, save_stream_file, scripts, ...), so the proxy loads
+only the ones it always needs (NEEDED) and those whose options `--set` sets.
+`stock_addons=True` loads all of them, which is how the benchmarks run bare mitmproxy.
 """
 
 from __future__ import annotations
@@ -15,9 +22,50 @@ from pathlib import Path
 
 from mitmproxy import addons as mitm_addons
 from mitmproxy import master, options
+from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig, update_alt_svc
 
 from forge_record.addons.loopback import LoopbackOnly
 from forge_record.errors import ForgeRecordError
+
+
+# Stock addons that act whatever the options say: option handling, the servers, protocol
+# detection, TLS, h2c upgrades refused, reverse-mode Alt-Svc rewritten. Among those left out
+# unless `--set` sets an option of theirs: Block, whose job (refusing non-local clients)
+# LoopbackOnly does more strictly, and Onboarding (the mitm.it page; forge-record installs
+# its CA itself).
+NEEDED = (core.Core, proxyserver.Proxyserver, next_layer.NextLayer, tlsconfig.TlsConfig,
+          disable_h2c.DisableH2C, update_alt_svc.UpdateAltSvc)
+
+
+def stock_addons(settings: dict[str, str], *, all_of_them: bool = False) -> list[object]:
+    """mitmproxy's default addons: those in NEEDED, and the others only if `settings` sets one
+    of their options (or `all_of_them`)."""
+    out = []
+    for addon in mitm_addons.default_addons():
+        if all_of_them or isinstance(addon, NEEDED) or _options_of(addon) & settings.keys():
+            out.append(addon)
+    return out
+
+
+class _OptionNames:
+    """A stand-in for mitmproxy's addon Loader that only notes which options an addon adds
+    (the stock addons' `load` declares options and commands, nothing else)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def add_option(self, name: str, *args: object, **kwargs: object) -> None:
+        self.names.add(name)
+
+    def add_command(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def _options_of(addon: object) -> set[str]:
+    loader = _OptionNames()
+    if load := getattr(addon, "load", None):
+        load(loader)
+    return loader.names
 
 
 class _Ready:
@@ -54,14 +102,17 @@ class InProcessProxy:
         confdir: Path,
         settings: dict[str, str] | None = None,
         verbose: bool = False,
+        stock_addons: bool = False,
     ) -> None:
         """`mode` is a mitmproxy mode spec ("regular" or "reverse:https://host"); `settings`
-        are extra mitmproxy options given as strings (from `--set`)."""
+        are extra mitmproxy options given as strings (from `--set`); `stock_addons` keeps
+        every default mitmproxy addon, idle or not."""
         self.addon = addon
         self.mode = mode
         self.confdir = confdir
         self.settings = settings or {}
         self.verbose = verbose
+        self.stock_addons = stock_addons
         self._ready = _Ready()
         self._thread: threading.Thread | None = None
         self._master: master.Master | None = None
@@ -102,7 +153,7 @@ class InProcessProxy:
     async def _main(self) -> None:
         opts = options.Options()
         m = master.Master(opts, event_loop=asyncio.get_running_loop(), with_termlog=False)
-        m.addons.add(*mitm_addons.default_addons())
+        m.addons.add(*stock_addons(self.settings, all_of_them=self.stock_addons))
         m.addons.add(LoopbackOnly(), self.addon, self._ready)
         try:
             opts.update(

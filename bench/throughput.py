@@ -5,8 +5,10 @@
 
 `concurrency` (20) clients (bench/load_client.py, one process) make `exchanges` (2,000)
 small streamed calls in all, through each configuration in turn: direct (for reference),
-bare (bench/passthrough.py) and forge (the Recorder with a real store Writer on a temp
-SQLite file), each proxy a process of its own (bench/proxy_server.py). Rounds interleave the
+bare (bench/passthrough.py on all of mitmproxy's stock addons, as mitmdump runs), lean (the
+same on the stock addons forge-record keeps) and forge (`forge-record run` with its store on
+a temp SQLite file), each proxy a process of its own (bench/proxy_server.py, forge_proc.py).
+forge / bare is the target; forge / lean is what recording itself costs. Rounds interleave the
 configurations; figures are medians over rounds.
 
 Measured per run: exchanges/s as the clients saw them, and the proxy's CPU seconds (user +
@@ -76,7 +78,7 @@ def _start_targets(children: Children, p: dict, mock_url: str, tmp: Path) -> dic
     mock_port = int(mock_url.rsplit(":", 1)[1])
     targets = {"direct": {"proxy": None, "port": mock_port, "ca": None}}
     wanted = [(f"{kind}-{_SHORT[mode]}", kind, mode, ()) for mode in p["modes"]
-              for kind in ("bare", "forge")]
+              for kind in ("bare", "lean", "forge")]
     wanted += [(f"forge-rev-{name}", "forge", "reverse", tuple(extra.split()))
                for name, extra in p["variants"].items()]
     for name, kind, mode, extra in wanted:
@@ -114,17 +116,24 @@ def summarize(result: dict) -> dict:
         summary[name] = {k: median([r[k] for r in rounds]) for k in rounds[0]}
     ratios = {}
     for mode in result["params"]["modes"]:
-        forge, bare = summary.get(f"forge-{_SHORT[mode]}"), summary.get(f"bare-{_SHORT[mode]}")
-        if forge and bare:
-            f_runs = result["runs"][f"forge-{_SHORT[mode]}"]
-            b_runs = result["runs"][f"bare-{_SHORT[mode]}"]
-            ratios[mode] = {key: ratio(forge[key], bare[key])
-                            for key in ("rate", "cpu_s_per_mb", "proxy_cpu_s_per_mb")}
-            for key in ("rate", "cpu_s_per_mb", "proxy_cpu_s_per_mb"):  # round by round
-                per_round = [ratio(f[key], b[key]) for f, b in zip(f_runs, b_runs)]
-                ratios[mode][f"{key}_range"] = (min(per_round), max(per_round))
+        # forge against bare mitmproxy (the target), and against lean: pass-through with the
+        # stock addons forge-record keeps, i.e. what recording alone costs.
+        for base, row in (("bare", mode), ("lean", f"{mode}, against lean")):
+            forge, other = f"forge-{_SHORT[mode]}", f"{base}-{_SHORT[mode]}"
+            if forge in summary and other in summary:
+                ratios[row] = _ratios(result["runs"][forge], result["runs"][other])
     result["summary"], result["ratios"] = summary, ratios
     return result
+
+
+def _ratios(runs: list[dict], base_runs: list[dict]) -> dict:
+    """Ratios of the medians, and their range round by round."""
+    out = {}
+    for key in ("rate", "cpu_s_per_mb", "proxy_cpu_s_per_mb"):
+        out[key] = ratio(median([r[key] for r in runs]), median([r[key] for r in base_runs]))
+        per_round = [ratio(f[key], b[key]) for f, b in zip(runs, base_runs)]
+        out[f"{key}_range"] = (min(per_round), max(per_round))
+    return out
 
 
 def markdown(result: dict) -> str:

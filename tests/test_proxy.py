@@ -54,3 +54,51 @@ def test_only_loopback_clients_are_served(host, ok):
     client.peername = (host, 50000)
     LoopbackOnly().client_connected(client)
     assert (client.error is None) == ok
+
+
+def test_only_the_stock_addons_that_will_act_are_loaded():
+    """Idle stock addons cost a call per hook per flow; the needed ones are always there."""
+    from mitmproxy import addons as mitm_addons
+    from mitmproxy.addons import mapremote, save
+
+    from forge_record.addons.proxy import NEEDED, stock_addons
+
+    assert {type(a) for a in stock_addons({})} == set(NEEDED)
+    chosen = {type(a) for a in stock_addons({"map_remote": "|a|b", "listen_port": "0"})}
+    assert chosen == {*NEEDED, mapremote.MapRemote}
+    assert save.Save not in chosen
+    assert len(stock_addons({}, all_of_them=True)) == len(mitm_addons.default_addons())
+
+
+def test_a_set_option_loads_the_addon_that_acts_on_it(tmp_path):
+    """`--set modify_headers=...` still works: its addon is loaded because the option is set."""
+    import http.server
+    import threading
+    import urllib.request
+
+    seen: list[str | None] = []
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("X-Forge-Test"))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for settings in ({}, {"modify_headers": "/~q/X-Forge-Test/yes"}):
+            proxy = InProcessProxy(object(), mode=f"reverse:{upstream}",
+                                   confdir=confdir(tmp_path), settings=settings)
+            port = proxy.start()
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).close()
+            finally:
+                proxy.stop()
+    finally:
+        server.shutdown()
+    assert seen == [None, "yes"]
