@@ -24,21 +24,21 @@ from forge_record.store import codec
 
 RAW_KEYFRAME_EVERY = 32
 _CHUNK = 1 << 16
-# Middles and responses are a few KB: zstd's level 6 takes ~17% off them for well under a
-# millisecond. A keyframe's whole body stays at the default level, which is 3x faster there.
-SMALL = 1 << 16
-SMALL_LEVEL = 6
+# Every frame is zstd's default level. Level 6 made the few-KB middles and responses ~4%
+# smaller in all (bench/storage.py: 294 against 305 KB for the 150-call session) for 1.7x the
+# CPU per frame, most of it spent loading the prefix; the writer's CPU is what the recorder
+# costs the machine.
 
 
 def encode(body: bytes, parent: bytes | None, hint: bytes) -> bytes:
     if not body:
         return b""
     if parent is None:
-        return b"K" + codec.compress_with(body, hint, _level(body))
+        return b"K" + codec.compress_with(body, hint)
     p = common_prefix(body, parent)
     s = common_suffix(body, parent, min(len(body), len(parent)) - p)
     middle, base = body[p : len(body) - s], parent[p : len(parent) - s]
-    return b"D" + _varint(p) + _varint(s) + codec.compress_with(middle, hint + base, _level(middle))
+    return b"D" + _varint(p) + _varint(s) + codec.compress_with(middle, hint + base)
 
 
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
@@ -53,10 +53,6 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     s, at = _read_varint(rest, at)
     base = parent[p : len(parent) - s]
     return parent[:p] + codec.decompress_with(rest[at:], hint + base) + parent[len(parent) - s :]
-
-
-def _level(data: bytes) -> int:
-    return SMALL_LEVEL if len(data) <= SMALL else codec.LEVEL
 
 
 def common_prefix(a: bytes, b: bytes) -> int:
