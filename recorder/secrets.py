@@ -43,20 +43,32 @@ _ASSIGNMENT = re.compile(
     r"(?:password|passwd|secret|token|api_key|apikey|access_key|private_key)[a-z0-9_]*"
     r"\s*[=:]\s*[\"']?(?P<value>[^\s\"'\\,;]{4,})"
 )
-_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
+_WORD = frozenset([*_WORD_CHARS, *(c.encode() for c in _WORD_CHARS)])  # as str and as bytes
+_ESCAPES = frozenset(["\\n", "\\r", "\\t", b"\\n", b"\\r", b"\\t"])  # JSON text's \n \r \t
 # Where a match can start, so that text holding no secret costs a few substring searches
-# (str.find runs at memory speed; the regexes take ~30 ns a character). Every match of a
+# (bytes.find runs at memory speed; the regexes take ~30 ns a character). Every match of a
 # pattern above starts at an occurrence of one of these needles, the given number of
 # characters before it ("IA" for AKIA and ASIA); every assignment starts with one of these
 # names in the lower-cased text ("passw": password and passwd; "key" ends api_key, apikey,
 # access_key and private_key). tests/test_secrets.py checks each pattern's needle.
 # A needle with a gate is looked for only if its gate, a character of it that is rare in
 # model traffic, occurs: one memchr, a hundred times faster than the search.
-_KEY_NEEDLES = (("-----BEGIN ", (0,), ""), ("sk-", (0,), ""), ("AIza", (0,), "z"),
-                ("gh", (0,), ""), ("glpat-", (0,), ""), ("xox", (0,), ""), ("IA", (2,), "I"),
-                ("eyJ", (0,), "J"))
-_NAME_NEEDLES = (("passw", (0,), ""), ("secret", (0,), ""), ("token", (0,), ""),
-                 ("key", (3, 4, 7, 8), ""))
+_KEY_NEEDLES = ((b"-----BEGIN ", (0,), b""), (b"sk-", (0,), b""), (b"AIza", (0,), b"z"),
+                (b"gh", (0,), b""), (b"glpat-", (0,), b""), (b"xox", (0,), b""),
+                (b"IA", (2,), b"I"), (b"eyJ", (0,), b"J"))
+_NAME_NEEDLES = ((b"passw", (0,), b""), (b"secret", (0,), b""), (b"token", (0,), b""),
+                 (b"key", (3, 4, 7, 8), b""))
+# The prefilter works on UTF-8 bytes: bytes.lower() is ten times faster than str.lower() on
+# text that is not all ASCII. Its patterns match wherever the str patterns would: the key
+# patterns are ASCII; in the assignment, any byte of a non-ASCII character may be whitespace
+# (str's \s also takes U+00A0, U+2003, ...) and \x1c-\x1f are whitespace as in str.
+# Only two characters outside ASCII lower-case into ASCII, so text holding one of them takes
+# the slow path.
+_KEYS_IN_BYTES = re.compile("|".join(p for _, p in _PATTERNS).encode(), re.DOTALL)
+_ASSIGNMENT_IN_BYTES = re.compile(
+    _ASSIGNMENT.pattern.replace(r"\s*", r"[\s\x1c-\x1f\x80-\xff]*").encode())
+_LOWER_INTO_ASCII = ("\u212a".encode(), "\u0130".encode())  # KELVIN SIGN, I WITH DOT ABOVE
 
 
 class Redactor:
@@ -73,31 +85,38 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """`text` with every secret replaced."""
-        if not self.may_hold_secrets(text):
-            return text
+        return self._text(text) if self.may_hold_secrets(text) else text
+
+    def _text(self, text: str) -> str:
         text = self._pattern.sub(self._replace, text)
         if self._custom is not None:
             text = self._custom.sub(lambda m: self._counted("custom", m.group()), text)
         return self._redact_assignments(text)
 
-    def may_hold_secrets(self, text: str) -> bool:
-        """False only if `text()` would leave `text` as it is. It may say True of text that
-        holds no secret, never False of text that holds one; text made of pieces joined by
-        NUL (see `strings`) holds one if any piece does."""
+    def may_hold_secrets(self, text: str | bytes) -> bool:
+        """False only if `text()` would leave `text` (or its UTF-8 bytes) as it is. It may say
+        True of text that holds no secret, never False of text that holds one; text made of
+        pieces joined by NUL (see `strings`) holds one if any piece does."""
         if self._custom is not None:
             return True
-        if any(_starts_a_word(text, m.start()) for m in _matches(self._pattern, text, _KEY_NEEDLES)):
+        data = text.encode(errors="surrogatepass") if isinstance(text, str) else text
+        if any(_starts_a_word(data, m.start())
+               for m in _matches(_KEYS_IN_BYTES, data, _KEY_NEEDLES)):
             return True
-        return any(True for _ in _matches(_ASSIGNMENT, _lowered(text), _NAME_NEEDLES))
+        if not data.isascii() and any(c in data for c in _LOWER_INTO_ASCII):
+            return True
+        return any(True for _ in _matches(_ASSIGNMENT_IN_BYTES, data.lower(), _NAME_NEEDLES))
 
     def bytes(self, data: bytes) -> bytes:
         """Raw body bytes, redacted as UTF-8 text; bytes that are not UTF-8 are left as they
         are (the redaction would corrupt a binary body)."""
+        if not self.may_hold_secrets(data):
+            return data
         try:
             decoded = data.decode()
         except UnicodeDecodeError:
             return data
-        redacted = self.text(decoded)
+        redacted = self._text(decoded)
         return data if redacted == decoded else redacted.encode()
 
     def value(self, value: Any) -> Any:
@@ -168,7 +187,7 @@ def _lowered(text: str) -> str:
     return lowered
 
 
-def _matches(pattern: re.Pattern[str], text: str, needles):
+def _matches(pattern: re.Pattern, text: str | bytes, needles):
     """The matches of `pattern` that start where `needles` say a match can (in no order)."""
     for needle, backs, gate in needles:
         if gate and gate not in text:
@@ -185,12 +204,12 @@ def _kind_of(secret: str) -> str:
     return next(kind for kind, pattern in _KINDS if pattern.fullmatch(secret))
 
 
-def _starts_a_word(text: str, i: int) -> bool:
+def _starts_a_word(text: str | bytes, i: int) -> bool:
     """Whether position i begins a token: start of text, after a non-word character, or
     right after an escaped \\n, \\r or \\t of JSON text."""
-    if i == 0 or text[i - 1] not in _WORD:
+    if i == 0 or text[i - 1 : i] not in _WORD:
         return True
-    return i >= 2 and text[i - 2] == "\\" and text[i - 1] in "nrt"
+    return i >= 2 and text[i - 2 : i] in _ESCAPES
 
 
 def _in_placeholder(text: str, i: int) -> bool:

@@ -128,7 +128,8 @@ def test_secrets_in_bodies_never_reach_the_store(tmp_path, redact):
 
 _PIECES = [*SECRETS.values(), "DB_PASSWORD=hunter22", "api_key: 'abcd1234'", "access_key=",
            "Private_Key :", "secret", "token", "max_tokens: 1000", "task-", "sk-", "gh", "IA",
-           "eyJ", "xoxb-", "-----BEGIN ", "İ", "\\n", "\\", '"', "=", " ", "\n", "\0", "a", "Z9_-"]
+           "eyJ", "xoxb-", "-----BEGIN ", "İ", "\u212a", "\u00a0", "\u3000", "\x1c", "é",
+           "\\n", "\\", '"', "=", " ", "\n", "\0", "a", "Z9_-"]
 
 
 @settings(max_examples=400, deadline=None)
@@ -138,9 +139,23 @@ def test_the_prefilter_never_passes_over_a_secret(parts):
     text = "".join(parts)
     if not redactor.may_hold_secrets(text):
         assert redactor.text(text) == text
+    # Raw bodies are checked as UTF-8 bytes.
+    if not redactor.may_hold_secrets(text.encode()):
+        assert redactor.bytes(text.encode()) == text.encode()
     # Over pieces joined by NUL (how records are checked) it answers for every piece.
     if not redactor.may_hold_secrets(strings(parts)):
         assert all(redactor.text(p) == p for p in parts)
+
+
+@pytest.mark.parametrize("text", ["API_\u212aEY=abcd1234", "password\u00a0=\u3000hunter22",
+                                  "token\x1c: abcd1234", "secret=h\u00e9llo-w\u00f6rld"])
+def test_the_bytes_prefilter_sees_what_str_patterns_match(redactor, text):
+    """Unicode whitespace, a Kelvin sign that lower-cases to k, non-ASCII values: the
+    prefilter reads bytes, the redaction str, and the first must not miss what the second
+    finds."""
+    assert redactor.text(text) != text
+    assert redactor.may_hold_secrets(text.encode())
+    assert redactor.bytes(text.encode()) == redactor.text(text).encode()
 
 
 @pytest.mark.parametrize("kind", SECRETS)
