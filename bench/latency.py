@@ -9,7 +9,8 @@ a ~32 KB conversation, as an agent's calls do.
 
 Configurations (each proxy a process of its own, see bench/proxy_server.py): direct;
 bare-rev / bare-fwd (mitmproxy passing the stream through, reverse / forward with TLS
-interception); forge-rev / forge-fwd (forge-record's Recorder and store Writer);
+interception, all its stock addons loaded); lean-rev / lean-fwd (the same with only the stock
+addons forge-record loads); forge-rev / forge-fwd (`forge-record run`, recording);
 buffered-rev (mitmproxy's default, which buffers: shows what the `streamed` check catches).
 Clients: the anthropic SDK and raw httpx2, both on warm keep-alive connections.
 
@@ -37,6 +38,7 @@ from common import (  # noqa: E402
 
 PROXIES = {  # configuration -> (proxy kind, routing mode)
     "bare-rev": ("bare", "reverse"), "bare-fwd": ("bare", "forward"),
+    "lean-rev": ("lean", "reverse"), "lean-fwd": ("lean", "forward"),
     "forge-rev": ("forge", "reverse"), "forge-fwd": ("forge", "forward"),
     "buffered-rev": ("buffered", "reverse"),
 }

@@ -12,7 +12,8 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    bodies compressed against their parent's body alone, against the parent and the
    normalized blobs (what the store does), and with keyframes every 16 / 32 / 64;
 2. the store: every exchange written with Store.add_exchange exactly as the writer thread
-   does, after capture.finalize parses the request (timed apart, ms per exchange); payload
+   does, after capture.finalize has redacted the bodies and parsed the request (timed apart,
+   ms per exchange), as `forge-record run` does by default; payload
    bytes by part; the ratio vs raw for records alone and with raw bodies reproducible; the
    SQLite file per session once `--sessions` sessions (different seeds) share the store;
 3. reading: every exchange checked equal to what was written (raw bodies byte for byte), a
@@ -38,12 +39,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_session  # noqa: E402
 
 from forge_record.capture import finalize  # noqa: E402
+from forge_record.secrets import Redactor  # noqa: E402
 from forge_record.decoders import anthropic_messages  # noqa: E402
 from forge_record.records import Exchange, Session  # noqa: E402
 from forge_record.store import Writer, content, delta, open_store  # noqa: E402
 from forge_record.store.encoder import request_hint  # noqa: E402
 
 MB = 1e6
+# What `forge-record run` does by default: redact the bodies (one redactor for the session).
+REDACTOR = Redactor(b"bench-storage-key")
 
 
 def exchanges(calls: int, seed: int) -> tuple[list[Exchange], list[str]]:
@@ -137,7 +141,7 @@ def record(store, session_id: str, sent: list[Exchange]) -> dict[str, list[float
     for ex in sent:
         ex = _copy(ex)
         t0, c0 = time.perf_counter(), time.thread_time()
-        ex = finalize(ex)
+        ex = finalize(ex, REDACTOR)
         t1, c1 = time.perf_counter(), time.thread_time()
         store.add_exchange(session_id, ex)
         t2, c2 = time.perf_counter(), time.thread_time()
@@ -199,7 +203,7 @@ def reading(store, session_id: str, sent: list[Exchange]) -> None:
     t0 = time.perf_counter()
     list(store.iter_exchanges(session_id))
     whole = time.perf_counter() - t0
-    wanted = [finalize(_copy(e)) for e in sent]
+    wanted = [finalize(_copy(e), REDACTOR) for e in sent]
     exact = sum(a == b for a, b in zip(back, wanted, strict=True))
     print(f"  round trip: {exact}/{len(sent)} exchanges equal, raw bodies byte for byte")
     assert exact == len(sent), "a record did not read back equal"
@@ -267,7 +271,7 @@ def main() -> None:
                       f"{raw / on_disk:6.0f}x vs raw (one session, fixed overhead included)")
             for kind in ("", " cpu"):
                 parse, write = took["parse" + kind], took["write" + kind]
-                print(times(f"parse request (finalize){kind}", parse))
+                print(times(f"redact + parse (finalize){kind}", parse))
                 print(times(f"encode + compress + commit{kind}", write))
                 both = [a + b for a, b in zip(parse, write, strict=True)]
                 print(times(f"writer thread, all of it{kind}", both))

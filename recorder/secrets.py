@@ -19,9 +19,13 @@ import hmac
 import os
 import re
 import secrets as _random
+from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from forge_record.shared_ends import common_prefix, common_suffix
 
 # (kind, pattern). Each starts with a literal, which keeps one pass over a 80 KB body near a
 # millisecond. Order matters: private key blocks before what could match inside them.
@@ -69,6 +73,30 @@ _KEYS_IN_BYTES = re.compile("|".join(p for _, p in _PATTERNS).encode(), re.DOTAL
 _ASSIGNMENT_IN_BYTES = re.compile(
     _ASSIGNMENT.pattern.replace(r"\s*", r"[\s\x1c-\x1f\x80-\xff]*").encode())
 _LOWER_INTO_ASCII = ("\u212a".encode(), "\u0130".encode())  # KELVIN SIGN, I WITH DOT ABOVE
+# An agent's request is its previous request plus a few messages. So the prefilter keeps the
+# last few big bodies it passed, with where each needle occurs in them, and searches a new
+# body only where it differs from the closest of them (store.delta's shared prefix and
+# suffix): a 300 KB request costs a memcmp and a few KB of searching instead of a dozen
+# passes. Every occurrence, carried over or new, is still tried against the patterns on the
+# new body, so the answer is the one a full search gives (tests/test_secrets.py).
+REMEMBER_FROM = 16 << 10  # bytes
+_REMEMBERED = 4
+# How far around the changed bytes to search anew: a needle that overlaps them, a match that
+# starts before its needle (its back offset) and the two bytes a start looks back at for a
+# word break. Occurrences wholly outside are carried over from the passed body: all of them,
+# so that the body, once passed in turn, has its own complete record.
+_REACH = max(len(needle) + max(backs) + 2 for needle, backs, _ in _KEY_NEEDLES + _NAME_NEEDLES)
+
+
+@dataclass(frozen=True, slots=True)
+class _Passed:
+    """A body the prefilter passed: its needles' occurrences, (needle index, start), in it
+    and in its lower-cased bytes."""
+
+    data: bytes
+    lowered: bytes
+    keys: frozenset[tuple[int, int]]
+    names: frozenset[tuple[int, int]]
 
 
 class Redactor:
@@ -78,6 +106,7 @@ class Redactor:
         self._pattern = re.compile("|".join(p for _, p in _PATTERNS), re.DOTALL)
         self._custom = re.compile("|".join(f"(?:{p})" for p in extra_patterns)) if extra_patterns else None
         self.count = 0
+        self._passed: deque[_Passed] = deque(maxlen=_REMEMBERED)
 
     def placeholder(self, kind: str, secret: str) -> str:
         digest = hmac.new(self._key, secret.encode(), hashlib.sha256).hexdigest()[:8]
@@ -100,12 +129,42 @@ class Redactor:
         if self._custom is not None:
             return True
         data = text.encode(errors="surrogatepass") if isinstance(text, str) else text
-        if any(_starts_a_word(data, m.start())
-               for m in _matches(_KEYS_IN_BYTES, data, _KEY_NEEDLES)):
+        closest = self._closest(data) if len(data) >= REMEMBER_FROM else None
+        if closest is None:
+            if not data.isascii() and any(c in data for c in _LOWER_INTO_ASCII):
+                return True
+            lowered = data.lower()
+            keys = _occurrences(data, _KEY_NEEDLES, 0, len(data), gated=True)
+            names = _occurrences(lowered, _NAME_NEEDLES, 0, len(data), gated=True)
+        else:
+            passed, p, s = closest
+            n, old_end = len(data), len(passed.data) - s
+            lo, hi = max(0, p - _REACH), min(n, n - s + _REACH)  # the changed bytes, widened
+            if any(data.find(c, lo, hi) >= 0 for c in _LOWER_INTO_ASCII):
+                return True
+            lowered = passed.lowered[:p] + data[p : n - s].lower() + passed.lowered[old_end:]
+            moved = n - len(passed.data)
+            keys = (_carried(passed.keys, _KEY_NEEDLES, p, old_end, moved)
+                    | _occurrences(data, _KEY_NEEDLES, lo, hi, gated=False))
+            names = (_carried(passed.names, _NAME_NEEDLES, p, old_end, moved)
+                     | _occurrences(lowered, _NAME_NEEDLES, lo, hi, gated=False))
+        if (_any_match(_KEYS_IN_BYTES, data, _KEY_NEEDLES, keys, word=True)
+                or _any_match(_ASSIGNMENT_IN_BYTES, lowered, _NAME_NEEDLES, names, word=False)):
             return True
-        if not data.isascii() and any(c in data for c in _LOWER_INTO_ASCII):
-            return True
-        return any(True for _ in _matches(_ASSIGNMENT_IN_BYTES, data.lower(), _NAME_NEEDLES))
+        if len(data) >= REMEMBER_FROM:
+            self._passed.append(_Passed(data, lowered, frozenset(keys), frozenset(names)))
+        return False
+
+    def _closest(self, data: bytes) -> tuple[_Passed, int, int] | None:
+        """The remembered body sharing the most leading and trailing bytes with `data`, and
+        how many; None unless that is at least half of `data`."""
+        best, shared = None, 0
+        for passed in list(self._passed):  # a copy: another thread may append meanwhile
+            p = common_prefix(data, passed.data)
+            s = common_suffix(data, passed.data, min(len(data), len(passed.data)) - p)
+            if p + s > shared:
+                best, shared = (passed, p, s), p + s
+        return best if 2 * shared >= len(data) else None
 
     def bytes(self, data: bytes) -> bytes:
         """Raw body bytes, redacted as UTF-8 text; bytes that are not UTF-8 are left as they
@@ -187,17 +246,37 @@ def _lowered(text: str) -> str:
     return lowered
 
 
-def _matches(pattern: re.Pattern, text: str | bytes, needles):
-    """The matches of `pattern` that start where `needles` say a match can (in no order)."""
-    for needle, backs, gate in needles:
-        if gate and gate not in text:
+def _occurrences(data: bytes, needles, lo: int, hi: int, gated: bool) -> set[tuple[int, int]]:
+    """(needle index, start) of every needle wholly inside data[lo:hi]. `gated`: skip a
+    needle whose gate is nowhere in `data`."""
+    found = set()
+    for i, (needle, _, gate) in enumerate(needles):
+        if gated and gate and gate not in data:
             continue
-        at = text.find(needle)
+        at = data.find(needle, lo, hi)
         while at >= 0:
-            for back in backs:
-                if at >= back and (match := pattern.match(text, at - back)):
-                    yield match
-            at = text.find(needle, at + 1)
+            found.add((i, at))
+            at = data.find(needle, at + 1, hi)
+    return found
+
+
+def _carried(occurrences, needles, prefix: int, suffix_at: int, moved: int) -> set:
+    """The occurrences of a passed body that lie wholly in bytes a new body shares with it:
+    before `prefix`, or from `suffix_at` on (there `moved` bytes further in the new body)."""
+    return ({(i, at) for i, at in occurrences if at + len(needles[i][0]) <= prefix}
+            | {(i, at + moved) for i, at in occurrences if at >= suffix_at})
+
+
+def _any_match(pattern: re.Pattern, data: bytes, needles, occurrences, word: bool) -> bool:
+    """Whether `pattern` matches where any occurrence says a match can start (`word`: and
+    that start begins a word)."""
+    for i, at in occurrences:
+        for back in needles[i][1]:
+            start = at - back
+            if start >= 0 and pattern.match(data, start) and (
+                    not word or _starts_a_word(data, start)):
+                return True
+    return False
 
 
 def _kind_of(secret: str) -> str:

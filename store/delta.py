@@ -20,10 +20,10 @@ nothing just makes a bigger middle.
 
 from __future__ import annotations
 
+from forge_record.shared_ends import common_prefix, common_suffix
 from forge_record.store import codec
 
 RAW_KEYFRAME_EVERY = 32
-_CHUNK = 1 << 16
 # Every frame is zstd's default level. Level 6 made the few-KB middles and responses ~4%
 # smaller in all (bench/storage.py: 294 against 305 KB for the 150-call session) for 1.7x the
 # CPU per frame, most of it spent loading the prefix; the writer's CPU is what the recorder
@@ -53,36 +53,6 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     s, at = _read_varint(rest, at)
     base = parent[p : len(parent) - s]
     return parent[:p] + codec.decompress_with(rest[at:], hint + base) + parent[len(parent) - s :]
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix; compares 64 KiB at a time, then bisects."""
-    n, lo = min(len(a), len(b)), 0
-    while lo + _CHUNK <= n and a[lo : lo + _CHUNK] == b[lo : lo + _CHUNK]:
-        lo += _CHUNK
-    hi = min(lo + _CHUNK, n)  # a[:lo] == b[:lo]; the answer is in [lo, hi]
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def common_suffix(a: bytes, b: bytes, limit: int) -> int:
-    """Length of the longest common suffix, at most `limit`."""
-    la, lb, lo = len(a), len(b), 0
-    while lo + _CHUNK <= limit and a[la - lo - _CHUNK : la - lo] == b[lb - lo - _CHUNK : lb - lo]:
-        lo += _CHUNK
-    hi = min(lo + _CHUNK, limit)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[la - mid : la - lo] == b[lb - mid : lb - lo]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def _varint(n: int) -> bytes:

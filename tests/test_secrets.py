@@ -204,3 +204,51 @@ def test_a_secret_cut_across_stream_events_is_redacted_in_the_record(redactor):
     ex = finalize(capture.finish(), redactor)
     [text] = ex.response.content
     assert key not in text.text and text.text.startswith("[REDACTED:anthropic_key:")
+
+
+# --- the prefilter on a body like one it passed: searched only where the two differ --------
+
+_FILLER = "The tests pass; nothing here is secret. " * 500  # past secrets.REMEMBER_FROM
+
+
+@settings(max_examples=300, deadline=None)
+@given(*[st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), max_size=6)] * 4)
+def test_a_body_searched_where_it_changed_gets_the_answer_of_a_full_search(head, old, new, tail):
+    """An agent's next request: the same bytes around a changed middle."""
+    before = (_FILLER + "".join(head + old + tail) + _FILLER).encode()
+    after = (_FILLER + "".join(head + new + tail) + _FILLER).encode()
+    warm = Redactor(b"k")
+    warm.may_hold_secrets(before)
+    assert warm.may_hold_secrets(after) == Redactor(b"k").may_hold_secrets(after)
+
+
+_GITHUB = "ghp_" + "a1B2" * 9
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    # The match starts in the shared prefix and ends in the changed bytes.
+    ("-----BEGIN RSA PRIVATE KEY-----\\nMIIE",
+     "-----BEGIN RSA PRIVATE KEY-----\\nMIIE\\n-----END RSA PRIVATE KEY-----"),
+    ("token: !", "token: abcd1234"),
+    # The needle itself is cut by the edge of the change.
+    ("s!", "sk-ant-api03-" + "A1b2C3d4" * 5),
+    # The token is in the shared suffix, moved; what precedes it changed into a word break.
+    ("x" + _GITHUB, "yy " + _GITHUB),
+])
+def test_matches_across_the_edges_of_a_change_are_found(before, after):
+    warm = Redactor(b"k")
+    assert not warm.may_hold_secrets((_FILLER + before + " " + _FILLER).encode())
+    assert warm.may_hold_secrets((_FILLER + after + " " + _FILLER).encode())
+
+
+def test_a_body_passed_after_a_change_remembers_every_needle_it_holds():
+    """Three requests: the second changes bytes before a private key's first line, the
+    third adds its last line. The second must carry the first line's place over."""
+    begin = "-----BEGIN RSA PRIVATE KEY-----\\nMIIE"
+    first = _FILLER + "a" + _FILLER + begin + _FILLER
+    second = _FILLER + "b, then c" + _FILLER + begin + _FILLER
+    third = second + "\\n-----END RSA PRIVATE KEY-----"
+    warm = Redactor(b"k")
+    assert not warm.may_hold_secrets(first.encode())
+    assert not warm.may_hold_secrets(second.encode())
+    assert warm.may_hold_secrets(third.encode())

@@ -1,0 +1,40 @@
+"""How far two byte strings start alike and end alike, at memcmp speed.
+
+The store's raw-body deltas (store.delta) and the redaction prefilter's rescans
+(forge_record.secrets) both look only at what changed between an agent's request and the
+one before it, which is the same bytes but for a few messages.
+"""
+
+from __future__ import annotations
+
+_CHUNK = 1 << 16
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix; compares 64 KiB at a time, then bisects."""
+    n, lo = min(len(a), len(b)), 0
+    while lo + _CHUNK <= n and a[lo : lo + _CHUNK] == b[lo : lo + _CHUNK]:
+        lo += _CHUNK
+    hi = min(lo + _CHUNK, n)  # a[:lo] == b[:lo]; the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    """Length of the longest common suffix, at most `limit`."""
+    la, lb, lo = len(a), len(b), 0
+    while lo + _CHUNK <= limit and a[la - lo - _CHUNK : la - lo] == b[lb - lo - _CHUNK : lb - lo]:
+        lo += _CHUNK
+    hi = min(lo + _CHUNK, limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[la - mid : la - lo] == b[lb - mid : lb - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
