@@ -45,8 +45,9 @@ def test_quick_run_produces_a_well_formed_result(tmp_path):
     assert latency["buffered-rev"]["raw"]["streamed"] is False  # the check can fail
 
     throughput = result["throughput"]
-    assert set(throughput["summary"]) == {"direct", "bare-rev", "forge-rev"}
+    assert set(throughput["summary"]) == {"direct", "bare-rev", "lean-rev", "forge-rev"}
     forge = throughput["summary"]["forge-rev"]
     assert forge["rate"] > 0 and forge["cpu_s_per_mb"] > 0 and forge["sse_mb"] > 0
     assert _finite(throughput["ratios"]["reverse"]["rate"])
+    assert _finite(throughput["ratios"]["reverse, against lean"]["cpu_s_per_mb"])
     assert "## Latency" in done.stdout and "## Throughput" in done.stdout
