@@ -129,26 +129,13 @@ class WriterProcess:
         with self._lock:
             if self._broken:
                 self.dropped += 1
-            elif self._backlog:  # behind frames already waiting: keep the order
-                self._backlog.append(data)
-            else:
-                self._write_now(data)
-
-    def _write_now(self, data: bytes) -> None:
-        """Under _lock, with no backlog: write what the pipe takes, keep the rest for the
-        sender thread."""
-        try:
-            done = os.write(self._fd, data)
-        except BlockingIOError:
-            done = 0
-        except OSError as e:
-            self._gone(e, 1)
-            return
-        if done == len(data):
-            self.sent += 1
-            return
-        self._backlog.append(data[done:])
-        self._wake.set()
+                return
+            behind = bool(self._backlog)  # frames already waiting: the sender keeps the order
+            self._backlog.append(data)
+            if not behind:
+                self._drain_backlog()
+                if self._backlog:  # the pipe is full: the sender writes the rest
+                    self._wake.set()
 
     def close(self, timeout: float = 60) -> None:
         """Send what is pending, end the child's input and wait for its counters."""
