@@ -132,30 +132,38 @@ class Redactor:
         data = text.encode(errors="surrogatepass") if isinstance(text, str) else text
         if len(data) < REMEMBER_FROM:
             return _may_hold_secrets(data)
-        closest = self._closest(data)
-        if closest is None:
-            if not data.isascii() and any(c in data for c in _LOWER_INTO_ASCII):
-                return True
-            lowered = data.lower()
-            keys = _occurrences(data, _KEY_NEEDLES, 0, len(data), gated=True)
-            names = _occurrences(lowered, _NAME_NEEDLES, 0, len(data), gated=True)
-        else:
-            passed, p, s = closest
-            n, old_end = len(data), len(passed.data) - s
-            lo, hi = max(0, p - _REACH), min(n, n - s + _REACH)  # the changed bytes, widened
-            if any(data.find(c, lo, hi) >= 0 for c in _LOWER_INTO_ASCII):
-                return True
-            lowered = passed.lowered[:p] + data[p : n - s].lower() + passed.lowered[old_end:]
-            moved = n - len(passed.data)
-            keys = (_carried(passed.keys, _KEY_NEEDLES, p, old_end, moved)
-                    | _occurrences(data, _KEY_NEEDLES, lo, hi, gated=False))
-            names = (_carried(passed.names, _NAME_NEEDLES, p, old_end, moved)
-                     | _occurrences(lowered, _NAME_NEEDLES, lo, hi, gated=False))
+        scanned = self._scan(data)
+        if scanned is None:  # a character that lower-cases into ASCII: the slow path
+            return True
+        lowered, keys, names = scanned
         if (_any_match(_KEYS_IN_BYTES, data, _KEY_NEEDLES, keys, word=True)
                 or _any_match(_ASSIGNMENT_IN_BYTES, lowered, _NAME_NEEDLES, names, word=False)):
             return True
         self._passed.append(_Passed(data, lowered, frozenset(keys), frozenset(names)))
         return False
+
+    def _scan(self, data: bytes) -> tuple[bytes, set, set] | None:
+        """A big body's lower-cased bytes and its needles' occurrences: searched whole, or
+        only around what changed since the closest body passed before."""
+        closest = self._closest(data)
+        if closest is None:
+            if not data.isascii() and any(c in data for c in _LOWER_INTO_ASCII):
+                return None
+            lowered = data.lower()
+            return (lowered, _occurrences(data, _KEY_NEEDLES, 0, len(data), gated=True),
+                    _occurrences(lowered, _NAME_NEEDLES, 0, len(data), gated=True))
+        passed, p, s = closest
+        n, old_end = len(data), len(passed.data) - s
+        lo, hi = max(0, p - _REACH), min(n, n - s + _REACH)  # the changed bytes, widened
+        if any(data.find(c, lo, hi) >= 0 for c in _LOWER_INTO_ASCII):
+            return None
+        lowered = passed.lowered[:p] + data[p : n - s].lower() + passed.lowered[old_end:]
+        moved = n - len(passed.data)
+        keys = (_carried(passed.keys, _KEY_NEEDLES, p, old_end, moved)
+                | _occurrences(data, _KEY_NEEDLES, lo, hi, gated=False))
+        names = (_carried(passed.names, _NAME_NEEDLES, p, old_end, moved)
+                 | _occurrences(lowered, _NAME_NEEDLES, lo, hi, gated=False))
+        return lowered, keys, names
 
     def _closest(self, data: bytes) -> tuple[_Passed, int, int] | None:
         """The remembered body sharing the most leading and trailing bytes with `data`, and
