@@ -27,7 +27,6 @@ from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconf
 from forge_record.addons.loopback import LoopbackOnly
 from forge_record.errors import ForgeRecordError
 
-
 # Stock addons that act whatever the options say: option handling, the servers, protocol
 # detection, TLS, h2c upgrades refused, reverse-mode Alt-Svc rewritten. Among those left out
 # unless `--set` sets an option of theirs: Block, whose job (refusing non-local clients)

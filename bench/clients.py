@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import anthropic
 import httpx2
 import orjson
-
 from common import DUMMY_KEY
 
 _SENT = re.compile(rb'"text_delta","text":" t(\d+)"')

@@ -50,7 +50,8 @@ from forge_record.records import (  # noqa: E402
     Usage,
 )
 from forge_record.store import default_store_url, open_store  # noqa: E402
-from forge_record.store.write import AddExchange, AddSession  # noqa: E402
+from forge_record.store.batch import AddSession  # noqa: E402
+from forge_record.store.items import AddExchange
 
 SMALL_CALLS = 50
 TOOLS = [Tool(name="shell", description="Run a shell command",

@@ -41,7 +41,7 @@ def _null_sink() -> None:
 
 
 def _pickle_only() -> None:
-    from forge_record.store.write import AddExchange
+    from forge_record.store.items import AddExchange
     from forge_record.writer_process import WriterProcess, frame
 
     WriterProcess.submit_exchange = lambda self, sid, ex: frame(AddExchange(sid, ex))

@@ -9,7 +9,7 @@ and reports CPU time (time.process_time, so other processes on the machine matte
 `tee` per event, `finish` per exchange (both on the event loop), and `finalize` per exchange
 (folding the response, parsing the request, in the writer). `--profile` prints cProfile's
 top functions for the tee path and the fold. No proxy, no sockets: this isolates what
-recorder/capture.py, sse.py, encodings.py and decoders/anthropic_messages.py cost.
+recorder/capture.py, sse.py, content_encoding.py and decoders/anthropic_messages.py cost.
 """
 
 from __future__ import annotations

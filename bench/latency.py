@@ -32,8 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clients import CLIENTS, Target, history  # noqa: E402
 from common import (  # noqa: E402
-    Children, fmt, machine_markdown, machine_notes, median, percentile, ratio, renice,
-    realtime, start_mock, start_proxy,
+    Children,
+    fmt,
+    machine_markdown,
+    machine_notes,
+    median,
+    percentile,
+    ratio,
+    realtime,
+    renice,
+    start_mock,
+    start_proxy,
 )
 
 PROXIES = {  # configuration -> (proxy kind, routing mode)
@@ -120,7 +129,7 @@ def summarize(result: dict) -> dict:
             base = runs.get("direct", {}).get(client)
             row = {f: median([r[f] for r in rounds]) for f in FIGURES + DIAGNOSTICS}
             for f in FIGURES + DIAGNOSTICS:
-                diffs = [r[f] - b[f] for r, b in zip(rounds, base or [])]
+                diffs = [r[f] - b[f] for r, b in zip(rounds, base or [], strict=False)]
                 row[f"added_{f}"] = median(diffs) if base else float("nan")
             row["streamed"] = all(r["streamed"] for r in rounds)
             row["events"] = rounds[0]["events"]
@@ -143,8 +152,8 @@ def _round_ratio_spread(runs: dict, forge: str, bare: str, client: str) -> dict:
     base = runs["direct"][client]
     spread = {}
     for f in FIGURES:
-        per_round = [ratio(a[f] - d[f], b[f] - d[f])
-                     for a, b, d in zip(runs[forge][client], runs[bare][client], base)]
+        rounds = zip(runs[forge][client], runs[bare][client], base, strict=False)
+        per_round = [ratio(a[f] - d[f], b[f] - d[f]) for a, b, d in rounds]
         per_round = [x for x in per_round if x == x]  # drop NaN
         spread[f] = (percentile(per_round, 25), percentile(per_round, 75))
     return spread

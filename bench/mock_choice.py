@@ -70,7 +70,7 @@ def _latency(url: str, runs: int) -> dict[str, float]:
     for _ in range(runs):
         timing = client.stream_once("bench-500-2000-40", messages)
         sent = [s for _, s in timing.arrivals]
-        gaps += [(b - a) / 1e6 for a, b in zip(sent, sent[1:])]
+        gaps += [(b - a) / 1e6 for a, b in zip(sent, sent[1:], strict=False)]
         lags += [(a - s) / 1e6 for a, s in timing.arrivals]
     client.close()
     return {"gap_p50_ms": median(gaps), "gap_p99_ms": percentile(gaps, 99),

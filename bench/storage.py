@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_session  # noqa: E402
 
 from forge_record.capture import finalize  # noqa: E402
-from forge_record.secrets import Redactor  # noqa: E402
 from forge_record.decoders import anthropic_messages  # noqa: E402
 from forge_record.records import Exchange, Session  # noqa: E402
+from forge_record.redact.bodies import Redactor  # noqa: E402
 from forge_record.store import Writer, content, delta, open_store  # noqa: E402
-from forge_record.store.encoder import request_hint  # noqa: E402
+from forge_record.store.segments import request_hint  # noqa: E402
 
 MB = 1e6
 # What `forge-record run` does by default: redact the bodies (one redactor for the session).

@@ -32,8 +32,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    BENCH, Children, fmt, machine_markdown, machine_notes, median, ratio, renice, start_mock,
-    start_proxy, stores,
+    BENCH,
+    Children,
+    fmt,
+    machine_markdown,
+    machine_notes,
+    median,
+    ratio,
+    renice,
+    start_mock,
+    start_proxy,
+    stores,
 )
 
 MODEL_HOST = "api.anthropic.com"
@@ -131,7 +140,7 @@ def _ratios(runs: list[dict], base_runs: list[dict]) -> dict:
     out = {}
     for key in ("rate", "cpu_s_per_mb", "proxy_cpu_s_per_mb"):
         out[key] = ratio(median([r[key] for r in runs]), median([r[key] for r in base_runs]))
-        per_round = [ratio(f[key], b[key]) for f, b in zip(runs, base_runs)]
+        per_round = [ratio(f[key], b[key]) for f, b in zip(runs, base_runs, strict=False)]
         out[f"{key}_range"] = (min(per_round), max(per_round))
     return out
 

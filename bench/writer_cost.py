@@ -38,9 +38,10 @@ from forge_record import capture as capturing  # noqa: E402
 from forge_record.chain import ResponseChains  # noqa: E402
 from forge_record.decoders import dialect_for, dialect_named  # noqa: E402
 from forge_record.records import Session  # noqa: E402
-from forge_record.secrets import Redactor  # noqa: E402
+from forge_record.redact.bodies import Redactor  # noqa: E402
 from forge_record.store import open_store  # noqa: E402
-from forge_record.store.write import AddExchange, AddSession  # noqa: E402
+from forge_record.store.batch import AddSession  # noqa: E402
+from forge_record.store.items import AddExchange
 from forge_record.writer_process import frame  # noqa: E402
 
 SHAPES = {"small": "bench-20-0-10", "latency": "bench-500-0-40"}

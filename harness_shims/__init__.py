@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 
+from forge_record.harness_shims.aider import Aider
 from forge_record.harness_shims.base import CaFiles, Shim
 from forge_record.harness_shims.claude_code import ClaudeCode
 from forge_record.harness_shims.codex import Codex
-from forge_record.harness_shims.aider import Aider
 from forge_record.harness_shims.gemini_cli import GeminiCli
 from forge_record.harness_shims.generic import Generic
 from forge_record.harness_shims.goose import Goose

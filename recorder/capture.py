@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
-from forge_record import encodings
+from forge_record import content_encoding
 from forge_record.decoders import dialect_named
 from forge_record.decoders.base import Dialect, ResponseDecoder
 from forge_record.records import (
@@ -28,8 +28,9 @@ from forge_record.records import (
     response_from_dict,
     response_to_dict,
 )
-from forge_record.redact import redact_headers, redact_url
-from forge_record.secrets import Redactor, strings
+from forge_record.redact.bodies import Redactor, strings
+from forge_record.redact.headers import redact_headers
+from forge_record.redact.urls import redact_url
 
 log = logging.getLogger("forge_record")
 
@@ -68,7 +69,7 @@ class Capture:
         if len(body) > max_body:
             _flag(self.exchange, "request_truncated")
         self._decoder: ResponseDecoder | None = None
-        self._unencode: encodings.ChunkDecoder | None = None
+        self._unencode: content_encoding.ChunkDecoder | None = None
         self._chunks: list[bytes] = []
         self._kept = 0
         self.finished = False
@@ -82,7 +83,7 @@ class Capture:
         ex.http_status = status
         ex.first_byte_at = time.time()
         ex.response_headers = redact_headers(headers)
-        self._unencode = encodings.decoder_for(encoding, max_output=self.max_body)
+        self._unencode = content_encoding.decoder_for(encoding, max_output=self.max_body)
         if self._unencode is None:
             _flag(ex, f"unknown_content_encoding:{encoding}")
             return
@@ -94,7 +95,7 @@ class Capture:
         if chunk and self._unencode is not None:
             try:
                 plain = self._unencode(chunk)
-            except encodings.TooLarge:
+            except content_encoding.TooLarge:
                 self._stop_keeping("response_truncated")
                 return chunk
             except Exception as e:  # noqa: BLE001

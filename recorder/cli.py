@@ -9,9 +9,18 @@ import click
 
 from forge_record import __version__
 from forge_record.commands import (
-    db, doctor, export, gc, harnesses, label, push, run, sessions, show,
+    db,
+    doctor,
+    export,
+    gc,
+    harnesses,
+    label,
+    push,
+    run,
+    sessions,
+    show,
+    view,
 )
-from forge_record.commands import view
 from forge_record.errors import ForgeRecordError
 
 

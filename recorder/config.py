@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_record.errors import UsageError
-from forge_record.secrets import Redactor, load_key
+from forge_record.redact.bodies import Redactor, load_key
 
 
 def load(home: Path) -> dict[str, Any]:

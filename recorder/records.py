@@ -19,7 +19,8 @@ RECORD_VERSION = 1
 
 # Exchange.status values
 COMPLETE = "complete"  # the response ended as its protocol says it should
-INCOMPLETE = "incomplete"  # the stream stopped early (client abort, upstream reset, no terminal event)
+# the stream stopped early (client abort, upstream reset, no terminal event)
+INCOMPLETE = "incomplete"
 ERROR = "error"  # an error status or an error event from the model API
 
 

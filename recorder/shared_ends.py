@@ -1,7 +1,7 @@
 """How far two byte strings start alike and end alike, at memcmp speed.
 
 The store's raw-body deltas (store.delta) and the redaction prefilter's rescans
-(forge_record.secrets) both look only at what changed between an agent's request and the
+(forge_record.redact.bodies) both look only at what changed between an agent's request and the
 one before it, which is the same bytes but for a few messages.
 """
 

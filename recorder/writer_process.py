@@ -42,7 +42,7 @@ from typing import IO, Any
 
 from forge_record.errors import ForgeRecordError, StoreError
 from forge_record.records import Exchange, Session
-from forge_record.store.write import AddExchange, AddSession, EndSession, Item
+from forge_record.store.items import AddExchange, AddSession, EndSession, Item
 
 log = logging.getLogger("forge_record")
 

@@ -21,7 +21,7 @@ nothing just makes a bigger middle.
 from __future__ import annotations
 
 from forge_record.shared_ends import common_prefix, common_suffix
-from forge_record.store import codec
+from forge_record.store import compression
 
 RAW_KEYFRAME_EVERY = 32
 # Every frame is zstd's default level. Level 6 made the few-KB middles and responses ~4%
@@ -34,11 +34,11 @@ def encode(body: bytes, parent: bytes | None, hint: bytes) -> bytes:
     if not body:
         return b""
     if parent is None:
-        return b"K" + codec.compress_with(body, hint)
+        return b"K" + compression.compress_with(body, hint)
     p = common_prefix(body, parent)
     s = common_suffix(body, parent, min(len(body), len(parent)) - p)
     middle, base = body[p : len(body) - s], parent[p : len(parent) - s]
-    return b"D" + _varint(p) + _varint(s) + codec.compress_with(middle, hint + base)
+    return b"D" + _varint(p) + _varint(s) + compression.compress_with(middle, hint + base)
 
 
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
@@ -46,13 +46,14 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
         return b""
     kind, rest = frame[:1], frame[1:]
     if kind == b"K":
-        return codec.decompress_with(rest, hint)
+        return compression.decompress_with(rest, hint)
     if kind != b"D" or parent is None:
         raise ValueError(f"not a raw body frame, or a delta without its parent: {kind!r}")
     p, at = _read_varint(rest, 0)
     s, at = _read_varint(rest, at)
     base = parent[p : len(parent) - s]
-    return parent[:p] + codec.decompress_with(rest[at:], hint + base) + parent[len(parent) - s :]
+    middle = compression.decompress_with(rest[at:], hint + base)
+    return parent[:p] + middle + parent[len(parent) - s :]
 
 
 def _varint(n: int) -> bytes:

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from forge_record.store import codec, content
-from forge_record.store.encoder import spans
+from forge_record.store import compression, content
+from forge_record.store.batch import new_pack
 from forge_record.store.reader import BlobReader, chunks, segment_manifests
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs, sessions
+from forge_record.store.segments import spans
 from forge_record.store.store import Store
 from forge_record.store.summary import status
-from forge_record.store.write import new_pack
 
 GRACE = 3600.0
 
@@ -137,7 +137,7 @@ def _replace_group(store: Store, group: int, names: list[str]) -> None:
             reader = BlobReader(conn)
             reader.load(names)
             datas = [reader.get(n) for n in names]
-            piece = codec.Stream().piece(b"".join(datas))
+            piece = compression.Stream().piece(b"".join(datas))
             pack_id = new_pack(conn, secrets.randbits(62), piece, sum(map(len, datas)),
                                time.time())
             move = blobs.update().where(blobs.c.hash == sa.bindparam("name")).values(

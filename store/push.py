@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from forge_record.errors import UsageError
-from forge_record.store import codec, content
-from forge_record.store.encoder import spans
+from forge_record.store import compression, content
+from forge_record.store.batch import dialect_insert, insert_pack, touch
 from forge_record.store.reader import BlobReader, chunks, segment_manifests
 from forge_record.store.schema import LAYOUT_RECORD, exchanges, sessions
+from forge_record.store.segments import spans
 from forge_record.store.store import Store
-from forge_record.store.write import dialect_insert, insert_pack, touch
 
 BATCH = 50
 _COPIED = [c.name for c in exchanges.columns if c.name != "id"]
@@ -116,7 +116,7 @@ def _copy_batch(source: Store, target: Store, session_id: str, batch: list) -> i
                 reader = BlobReader(conn)
                 reader.load(missing)
                 datas = [reader.get(n) for n in missing]
-                piece = codec.Stream().piece(b"".join(datas))
+                piece = compression.Stream().piece(b"".join(datas))
                 insert_pack(out, secrets.randbits(62), piece, missing, datas, spans(datas), now)
             out.execute(exchanges.insert(), rows)
     return len(missing)

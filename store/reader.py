@@ -21,9 +21,9 @@ import sqlalchemy as sa
 
 from forge_record.errors import StoreError
 from forge_record.records import Exchange, exchange_from_dict
-from forge_record.store import codec, content, delta
-from forge_record.store.encoder import request_hint, response_hint
+from forge_record.store import compression, content, delta
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
+from forge_record.store.segments import request_hint, response_hint
 
 _CHUNK = 500  # names per IN (...) list
 _RAW_CACHE = 16
@@ -97,7 +97,7 @@ class BlobReader:
         groups = self._conn.execute(_PACK_GROUPS, {"ids": sorted(ids)}).all()
         for group, last in groups:
             rows = self._conn.execute(_GROUP_PACKS, {"group": group, "last": last}).all()
-            plains = codec.decode_pieces(r.data for r in rows)
+            plains = compression.decode_pieces(r.data for r in rows)
             self._packs.update((r.id, p) for r, p in zip(rows, plains, strict=True))
 
 
@@ -112,14 +112,14 @@ def segment_manifests(
         rows = conn.execute(_MANIFESTS_UPTO, {**where, "upto": upto}).all()
     if [r.piece for r in rows] != list(range(len(rows))):
         raise StoreError(f"session {session_id} segment {segment} has missing pieces")
-    plains = codec.decode_pieces(r.record for r in rows)
+    plains = compression.decode_pieces(r.record for r in rows)
     return {r.seq: orjson.loads(p) for r, p in zip(rows, plains, strict=True)}
 
 
 def legacy(record: bytes, raw_request: bytes = b"", raw_response: bytes = b"") -> Exchange:
     """A layout-1 row (revision 0001)."""
-    return exchange_from_dict(codec.unpack(record), codec.decompress(raw_request),
-                              codec.decompress(raw_response))
+    return exchange_from_dict(compression.unpack(record), compression.decompress(raw_request),
+                              compression.decompress(raw_response))
 
 
 class SessionReader:

@@ -38,8 +38,9 @@ from forge_record.records import (
     session_from_dict,
     session_to_dict,
 )
-from forge_record.store import codec
-from forge_record.store.write import AddExchange, AddSession, EndSession, Item, cleaned
+from forge_record.store import compression
+from forge_record.store.batch import cleaned
+from forge_record.store.items import AddExchange, AddSession, EndSession, Item
 
 log = logging.getLogger("forge_record")
 
@@ -146,7 +147,7 @@ def _replay(f: BinaryIO, write) -> int:
 
 
 def frame(item: Item) -> bytes:
-    payload = codec.compress(_encode(item))
+    payload = compression.compress(_encode(item))
     return b"F" + len(payload).to_bytes(4, "big") + zlib.crc32(payload).to_bytes(4, "big") + payload
 
 
@@ -165,7 +166,7 @@ def read(f: BinaryIO) -> Iterator[Item]:
             log.warning("forge-record: spool file %s ends with a torn frame; the rest is "
                         "skipped", getattr(f, "name", "?"))
             return
-        yield _decode(codec.decompress(payload))
+        yield _decode(compression.decompress(payload))
 
 
 def _encode(item: Item) -> bytes:

@@ -9,8 +9,8 @@ Contract:
   at all, which is set up on first use because there is nothing an upgrade could break.
 - Every write is one transaction, committed before the method returns; `write(items)` puts a
   whole batch in one. Writes from threads of one process are serialized (the encoders of
-  store.encoder keep per-session state); several processes may write at once.
-- Exchanges are stored content-addressed (store.write, docs/STORAGE.md) and read back equal,
+  store.segments keep per-session state); several processes may write at once.
+- Exchanges are stored content-addressed (store.batch, docs/STORAGE.md) and read back equal,
   raw bodies byte for byte.
 - Secret headers (SECRET_HEADERS) never reach the database, even if a caller forgot to drop
   them.
@@ -34,11 +34,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import Exchange, Session
-from forge_record.redact import SECRET_HEADERS
+from forge_record.redact.headers import SECRET_HEADERS
 from forge_record.store import labels, migrate, reader, summary
+from forge_record.store.batch import Writes
 from forge_record.store.engine import make_engine, show_url, sqlite_file, writing
+from forge_record.store.items import AddExchange, AddSession, EndSession, Item, describe
 from forge_record.store.schema import exchanges, sessions
-from forge_record.store.write import AddExchange, AddSession, EndSession, Item, Writes, describe
 
 __all__ = [
     "SECRET_HEADERS", "Store", "StoreUnavailable", "fingerprint", "open_store", "store_revision",

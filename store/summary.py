@@ -20,8 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from forge_record.records import Session, session_from_dict, session_to_dict
+from forge_record.store.batch import TOKEN_COLUMNS
 from forge_record.store.schema import exchanges, sessions
-from forge_record.store.write import TOKEN_COLUMNS
 
 HEARTBEAT_EVERY = 60.0
 STALE_AFTER = 3 * HEARTBEAT_EVERY

@@ -50,9 +50,9 @@ from forge_record.errors import StoreError
 from forge_record.records import Exchange, Session
 from forge_record.store import spool as spooling
 from forge_record.store.engine import make_engine
+from forge_record.store.items import AddExchange, AddSession, EndSession, Item, describe
 from forge_record.store.store import Store, StoreUnavailable, fingerprint, open_store
 from forge_record.store.summary import HEARTBEAT_EVERY
-from forge_record.store.write import AddExchange, AddSession, EndSession, Item, describe
 
 log = logging.getLogger("forge_record")
 

@@ -37,7 +37,7 @@ def corrupt(data: bytes, edits: list[tuple[int, int, int]]) -> bytes:
 
 def chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:])]
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from claude_code_cli import claude_env, forge  # noqa: F401 - the fixture
 
-from forge_record.lineage_signals import CONTINUATION_PREFIX
+from forge_record.lineage.signals import CONTINUATION_PREFIX
 from forge_record.mock import TOOL_MARKER, MockUpstream
 
 pytestmark = [pytest.mark.slow, pytest.mark.cli]

@@ -23,7 +23,7 @@ from test_store import (  # noqa: F401 - fixtures
 )
 
 from forge_record.store import gc
-from forge_record.store.write import AddSession
+from forge_record.store.items import AddSession
 
 DAY = 86400.0
 FORGE = str(Path(sys.executable).with_name("forge-record"))

@@ -19,12 +19,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from forge_record import lineage_signals
 from forge_record.decoders import dialect_named
-from forge_record.fingerprint import fingerprint_of
 from forge_record.identity import HASH_PREFIX, canonical_json, chain_hash, content_hash
 from forge_record.lineage import analyze, to_dict
-from forge_record.lineage_signals import (
+from forge_record.lineage import signals as lineage_signals
+from forge_record.lineage.fingerprint import fingerprint_of
+from forge_record.lineage.signals import (
     COMPACTION_MARKERS,
     CONTINUATION_PREFIX,
     message_hash,

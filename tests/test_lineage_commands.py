@@ -23,7 +23,7 @@ from test_lineage import (
 
 from forge_record.cli import cli
 from forge_record.identity import HASH_PREFIX
-from forge_record.lineage_signals import COMPACTION_MARKERS, CONTINUATION_PREFIX
+from forge_record.lineage.signals import COMPACTION_MARKERS, CONTINUATION_PREFIX
 from forge_record.records import ERROR, Message, Session, Text
 from forge_record.store import open_store
 

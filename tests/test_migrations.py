@@ -25,7 +25,14 @@ from test_store import (  # noqa: F401 - fixtures
 
 from forge_record.errors import StoreError
 from forge_record.records import exchange_to_dict, session_to_dict
-from forge_record.store import codec, default_store_url, migrate, open_store, schema, upgrade_store
+from forge_record.store import (
+    compression,
+    default_store_url,
+    migrate,
+    open_store,
+    schema,
+    upgrade_store,
+)
 from forge_record.store.engine import make_engine
 
 EXPECTED_COLUMNS = {
@@ -113,8 +120,8 @@ def write_as_0001(engine, sessions_exchanges) -> None:
                 " tags, started_at, ended_at, exit_code, record_version) VALUES (:id, :harness,"
                 " :harness_version, :argv, :cwd, :user_name, :host, :tags, :started_at,"
                 " :ended_at, :exit_code, 1)"),
-                row | {"argv": codec.orjson.dumps(row["argv"]).decode(),
-                       "tags": codec.orjson.dumps(row["tags"]).decode()})
+                row | {"argv": compression.orjson.dumps(row["argv"]).decode(),
+                       "tags": compression.orjson.dumps(row["tags"]).decode()})
             for ex in exchanges:
                 conn.execute(sa.text(
                     "INSERT INTO exchanges (session_id, seq, dialect, kind, model, method, url,"
@@ -123,8 +130,9 @@ def write_as_0001(engine, sessions_exchanges) -> None:
                     " '[]', :record, :rq, :rs)"),
                     {"sid": session.id, "seq": ex.seq, "dialect": ex.dialect, "url": ex.url,
                      "status": ex.status, "t": ex.started_at,
-                     "record": codec.pack(exchange_to_dict(ex)),
-                     "rq": codec.compress(ex.raw_request), "rs": codec.compress(ex.raw_response)})
+                     "record": compression.pack(exchange_to_dict(ex)),
+                     "rq": compression.compress(ex.raw_request),
+                     "rs": compression.compress(ex.raw_response)})
 
 
 def test_data_written_under_0001_survives_the_upgrade(engine, url):
@@ -177,10 +185,10 @@ def test_downgrading_0002_rewrites_every_exchange_as_0001_wrote_it(engine, url):
             "SELECT seq, record, raw_request, raw_response FROM exchanges ORDER BY seq")).all()
     assert [r.seq for r in rows] == [e.seq for e in sent]
     for row, ex in zip(rows, sent, strict=True):  # what 0001's code reads
-        assert codec.unpack(row.record) == codec.orjson.loads(
-            codec.orjson.dumps(exchange_to_dict(ex)))
-        assert codec.decompress(row.raw_request) == ex.raw_request
-        assert codec.decompress(row.raw_response) == ex.raw_response
+        assert compression.unpack(row.record) == compression.orjson.loads(
+            compression.orjson.dumps(exchange_to_dict(ex)))
+        assert compression.decompress(row.raw_request) == ex.raw_request
+        assert compression.decompress(row.raw_response) == ex.raw_response
     migrate.upgrade(engine)
     with open_store(url) as store:
         assert list(store.iter_exchanges("s", raw=True)) == sent

@@ -19,7 +19,8 @@ from forge_record.trust import confdir
 proxy = InProcessProxy(object(), mode="regular", confdir=confdir(Path(sys.argv[1])))
 port = proxy.start()
 clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
-clients[0].sendall(b"GET http://127.0.0.1:9/ HTTP/1.1\\r\\nHost: 127.0.0.1:9\\r\\n")  # half a request
+# half a request
+clients[0].sendall(b"GET http://127.0.0.1:9/ HTTP/1.1\\r\\nHost: 127.0.0.1:9\\r\\n")
 time.sleep(0.3)
 proxy.stop()
 print("stopped")

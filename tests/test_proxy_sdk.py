@@ -7,10 +7,9 @@ decoded exchange.
 
 from __future__ import annotations
 
-import anthropic
-
 import time
 
+import anthropic
 import pytest
 
 from forge_record.addons.proxy import InProcessProxy
@@ -54,7 +53,8 @@ def recorded(request, mock, ca_home):
         conf = confdir(ca_home)
         proxy = InProcessProxy(addon, mode="regular", confdir=conf)
         port = proxy.start()
-        http = anthropic.DefaultHttpxClient(proxy=f"http://127.0.0.1:{port}", verify=ca_files(conf).cert)
+        http = anthropic.DefaultHttpxClient(proxy=f"http://127.0.0.1:{port}",
+                                            verify=ca_files(conf).cert)
         base_url = "https://api.anthropic.com"
     client = anthropic.Anthropic(api_key="sk-ant-dummy-key", base_url=base_url,
                                  http_client=http, max_retries=0)

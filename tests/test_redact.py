@@ -1,4 +1,6 @@
-from forge_record.redact import mask_argv, redact_headers, redact_url
+from forge_record.redact.argv import mask_argv
+from forge_record.redact.headers import redact_headers
+from forge_record.redact.urls import redact_url
 
 
 def test_secret_headers_are_dropped_case_insensitively():

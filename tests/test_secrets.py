@@ -16,7 +16,7 @@ from forge_record.capture import Capture, finalize
 from forge_record.decoders import dialect_for
 from forge_record.mock import MockUpstream
 from forge_record.records import Response, Text, ToolCall
-from forge_record.secrets import Redactor, load_key, strings
+from forge_record.redact.bodies import Redactor, load_key, strings
 
 SECRETS = {
     "anthropic_key": "sk-ant-api03-" + "A1b2C3d4" * 5,
@@ -27,7 +27,8 @@ SECRETS = {
     "slack_token": "xoxb-1234567890-abcdefghij",
     "aws_access_key": "AKIAIOSFODNN7EXAMPLE",
     "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXZhbHVl",
-    "private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----",
+    "private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n"
+                   "-----END OPENSSH PRIVATE KEY-----",
 }
 
 
@@ -58,7 +59,8 @@ def test_env_assignments_keep_their_name(redactor):
 
 
 def test_json_text_stays_valid_json(redactor):
-    doc = {"cmd": "cat ~/.ssh/id_ed25519 .env", "out": "\n".join(SECRETS.values()) + "\nPASSWORD=pw1234"}
+    doc = {"cmd": "cat ~/.ssh/id_ed25519 .env",
+           "out": "\n".join(SECRETS.values()) + "\nPASSWORD=pw1234"}
     text = orjson.dumps(doc).decode()
     redacted = orjson.loads(redactor.text(text))
     assert redacted["cmd"] == doc["cmd"]

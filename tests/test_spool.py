@@ -36,9 +36,9 @@ from test_store import (  # noqa: F401 - fixtures
 from forge_record.store import Writer, open_store
 from forge_record.store import spool as spooling
 from forge_record.store.engine import make_engine
+from forge_record.store.items import AddExchange, AddSession, EndSession
 from forge_record.store.spool import Spool
 from forge_record.store.store import fingerprint
-from forge_record.store.write import AddExchange, AddSession, EndSession
 
 
 def items():
@@ -81,7 +81,7 @@ def test_secrets_never_reach_the_spool(tmp_path):
 SPOOL_AND_DIE = """
 import os, sys
 from forge_record.store.spool import Spool
-from forge_record.store.write import AddExchange
+from forge_record.store.items import AddExchange
 from forge_record.records import Exchange
 spool = Spool(sys.argv[1], sys.argv[2])
 spool.append([AddExchange("s", Exchange(dialect="d", seq=n, raw_request=b"r%d" % n))

@@ -43,7 +43,7 @@ from forge_record.records import (
     Usage,
 )
 from forge_record.store import Store, content, default_store_url, open_store
-from forge_record.store.write import AddExchange, AddSession, EndSession
+from forge_record.store.items import AddExchange, AddSession, EndSession
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-ant-dummy-SECRET123"

@@ -18,7 +18,7 @@ import pytest
 from forge_record.errors import StoreError
 from forge_record.records import Exchange, Session
 from forge_record.store import default_store_url, open_store
-from forge_record.store.write import AddExchange
+from forge_record.store.items import AddExchange
 from forge_record.writer_process import WriterProcess, frame, read_batches
 
 SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub-token-shaped dummy

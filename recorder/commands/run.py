@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import getpass
 import gc
+import getpass
 import os
 import secrets
 import socket
@@ -20,7 +20,7 @@ from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
 from forge_record.paths import home, store_url
 from forge_record.records import Exchange, Session
-from forge_record.redact import mask_argv
+from forge_record.redact.argv import mask_argv
 
 
 @click.command(context_settings={"ignore_unknown_options": True})

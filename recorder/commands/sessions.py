@@ -20,9 +20,9 @@ import click
 import orjson
 
 from forge_record.commands.common import open_store, store_option
-from forge_record.fingerprint import Fingerprint
 from forge_record.identity import HASH_PREFIX
 from forge_record.lineage import analyze
+from forge_record.lineage.fingerprint import Fingerprint
 
 
 @click.command()

@@ -48,7 +48,7 @@ from forge_record.records import (
     ToolResult,
     Usage,
 )
-from forge_record.sse import SSEDecoder, ServerSentEvent
+from forge_record.sse import ServerSentEvent, SSEDecoder
 
 _ROUTES = {"/v1/messages": "model", "/v1/messages/count_tokens": "side"}
 _TOOL_CALLS = {"tool_use": False, "server_tool_use": True, "mcp_tool_use": True}  # -> server

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from forge_record.encodings import decode_body
+from forge_record.content_encoding import decode_body
 
 TOOL_MARKER = "forge-record-e2e"
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 
-from forge_record.fingerprint import BILLING_PREFIX
 from forge_record.lineage import Call, Lineage, Thread, analyze
-from forge_record.lineage_signals import message_hash
+from forge_record.lineage.fingerprint import BILLING_PREFIX
+from forge_record.lineage.signals import message_hash
 from forge_record.records import Block, Exchange, Message, Session, Text, session_to_dict
 from forge_record.viewer.parts import Part, part_of, to_json, tool_names
 

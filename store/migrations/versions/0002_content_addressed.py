@@ -82,15 +82,15 @@ def downgrade() -> None:
 
 def _rewrite_as_layout_1(conn: sa.Connection) -> None:
     from forge_record.records import exchange_to_dict
-    from forge_record.store import codec, reader
+    from forge_record.store import compression, reader
     from forge_record.store.schema import exchanges
 
     ids = conn.scalars(sa.select(exchanges.c.session_id).distinct().where(exchanges.c.layout == 2))
     for session_id in list(ids):
         rows = [
-            {"s": session_id, "q": ex.seq, "new_record": codec.pack(exchange_to_dict(ex)),
-             "new_request": codec.compress(ex.raw_request),
-             "new_response": codec.compress(ex.raw_response)}
+            {"s": session_id, "q": ex.seq, "new_record": compression.pack(exchange_to_dict(ex)),
+             "new_request": compression.compress(ex.raw_request),
+             "new_response": compression.compress(ex.raw_response)}
             for ex in reader.read_session(conn, session_id, raw=True)
         ]
         conn.execute(

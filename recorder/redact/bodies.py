@@ -105,7 +105,8 @@ class Redactor:
         self._key = key
         # One alternation without groups: capture groups make `re` several times slower.
         self._pattern = re.compile("|".join(p for _, p in _PATTERNS), re.DOTALL)
-        self._custom = re.compile("|".join(f"(?:{p})" for p in extra_patterns)) if extra_patterns else None
+        custom = "|".join(f"(?:{p})" for p in extra_patterns)
+        self._custom = re.compile(custom) if extra_patterns else None
         self.count = 0
         self._passed: deque[_Passed] = deque(maxlen=_REMEMBERED)
 
@@ -215,7 +216,8 @@ class Redactor:
         for match in _ASSIGNMENT.finditer(lowered):
             start, end = match.span("value")
             value = text[start:end]
-            if value.isdigit() or value.lower() in _NOT_SECRETS or _in_placeholder(text, match.start()):
+            if (value.isdigit() or value.lower() in _NOT_SECRETS
+                    or _in_placeholder(text, match.start())):
                 continue
             pieces += [text[last:start], self._counted("assignment", value)]
             last = end

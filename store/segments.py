@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from forge_record.records import Exchange, Message, Request
-from forge_record.store import codec, content, delta
+from forge_record.store import compression, content, delta
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
@@ -48,7 +48,7 @@ class Encoded:
     raw_request: bytes
     raw_response: bytes
     blobs: dict[str, bytes]  # the blobs it names that its parent does not
-    shared: set[str]  # those of them other sessions may have stored too (see write.py)
+    shared: set[str]  # those of them other sessions may have stored too (see batch.py)
 
 
 @dataclass
@@ -69,8 +69,8 @@ class SessionEncoder:
     segment: int
     pieces: int = 0
     group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
-    _manifests: codec.Stream = field(default_factory=codec.Stream)
-    _packs: codec.Stream = field(default_factory=codec.Stream)
+    _manifests: compression.Stream = field(default_factory=compression.Stream)
+    _packs: compression.Stream = field(default_factory=compression.Stream)
     _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
     _packed_at: float = field(default_factory=time.monotonic)
@@ -114,7 +114,7 @@ class SessionEncoder:
         group none of whose blobs were kept (it spares groups younger than its grace)."""
         now = time.monotonic()
         if now - self._packed_at > PACK_IDLE:
-            self._packs, self.group = codec.Stream(), secrets.randbits(62)
+            self._packs, self.group = compression.Stream(), secrets.randbits(62)
         self._packed_at = now
         return self._packs.piece(b"".join(datas)), spans(datas)
 

@@ -6,7 +6,7 @@ import brotli
 import pytest
 import zstandard
 
-from forge_record.encodings import decode_body, decoder_for
+from forge_record.content_encoding import decode_body, decoder_for
 
 BODY = ("event: ping\ndata: {\"type\": \"ping\"} ünïcode ✓\n\n" * 200).encode()
 ENCODERS = {

@@ -4,14 +4,14 @@ Contract: `analyze(exchanges, harness)` is pure (records in, values out; nothing
 and deterministic. Every exchange gets a `Call`: its thread, the call it continues (`parent`),
 a role ("main", "subagent", "side", "retry"), for side calls a `side_kind`, for retries the
 first attempt (`retry_of`), its compaction `segment` within the thread and its harness
-`fingerprint` (forge_record.fingerprint; with `fingerprints=False` calls name none and the
+`fingerprint` (forge_record.lineage.fingerprint; with `fingerprints=False` calls name none and the
 lineage holds none: placing calls does not use them, and making them is a third of the work
 on Claude Code sessions). How a call is placed, first rule that applies:
 
 1. retry: the same request (path + normalized body, Claude Code's per-request `cch=` left
    out) as an earlier call, sent with `x-stainless-retry-count` > 0 or after that attempt
    failed. It joins the first attempt's thread; one logical call, the retry kept and marked.
-2. side: what the exchange shows by itself (lineage_signals.side_kind_of): count_tokens,
+2. side: what the exchange shows by itself (signals.side_kind_of): count_tokens,
    Codex warm-ups and remote compaction, Claude Code's compaction request, title and summary
    requests. Side calls form the thread "side"; a compaction call's parent is the call whose
    history it sums up.
@@ -22,7 +22,7 @@ on Claude Code sessions). How a call is placed, first rule that applies:
    `prompt` argument equal to the subagent's first user text, else by Codex's
    `x-codex-parent-thread-id`.
 4. continuation: the request's messages extend an earlier call's messages plus its reply
-   (prefix match on content hashes, lineage_signals.message_hash), in a main thread of the
+   (prefix match on content hashes, signals.message_hash), in a main thread of the
    same harness session id. It continues that thread, or, if that thread already went on
    from there with another answered call, starts a fork: a new thread whose parent is the
    call it extends.
@@ -48,10 +48,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from forge_record.fingerprint import Fingerprint, client_of, fingerprint_of
 from forge_record.identity import chain_hash
-from forge_record.lineage_signals import HashMemo, Signals, shared_prefix, signals_of, stream_key
-from forge_record.lineage_types import (
+from forge_record.lineage.fingerprint import Fingerprint, client_of, fingerprint_of
+from forge_record.lineage.signals import HashMemo, Signals, shared_prefix, signals_of, stream_key
+from forge_record.lineage.types import (
     MAIN,
     RETRY,
     SIDE,
@@ -62,7 +62,7 @@ from forge_record.lineage_types import (
     Thread,
     to_dict,
 )
-from forge_record.lineage_usage import usage_of
+from forge_record.lineage.usage import usage_of
 from forge_record.records import Exchange
 
 __all__ = ["Call", "Fingerprint", "Lineage", "Thread", "analyze", "to_dict"]

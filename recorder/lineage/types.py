@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forge_record.fingerprint import Fingerprint
+from forge_record.lineage.fingerprint import Fingerprint
 
 MAIN, SUBAGENT, SIDE, RETRY = "main", "subagent", "side", "retry"
 SIDE_THREAD = "side"
@@ -38,7 +38,7 @@ class Thread:
     calls: list[int] = field(default_factory=list)  # seqs in order, retries included
     # (first seq of a segment, the compaction call that summed up the one before, or None)
     segments: list[tuple[int, int | None]] = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)  # see forge_record.lineage_usage
+    usage: dict[str, Any] = field(default_factory=dict)  # see forge_record.lineage.usage
 
 
 @dataclass(kw_only=True)

@@ -2,7 +2,7 @@
 
 `Writes.apply(conn, items)` runs inside a transaction the caller opened and commits; if the
 transaction fails, the caller calls `forget()` so the encoders of the sessions involved start
-over (see store.encoder). Within a batch, sessions are added first, then exchanges, then ends.
+over (see store.segments). Within a batch, sessions are added first, then exchanges, then ends.
 
 Blobs are shared by every session in the store, and other recorders write at the same time,
 so each batch:
@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -38,54 +37,21 @@ from forge_record.records import (
     RECORD_VERSION,
     Exchange,
     Response,
-    Session,
     ToolCall,
     session_to_dict,
 )
-from forge_record.redact import SECRET_HEADERS, redact_url
-from forge_record.store.encoder import Encoded, SessionEncoder
+from forge_record.redact.headers import SECRET_HEADERS
+from forge_record.redact.urls import redact_url
+from forge_record.store.items import AddExchange, AddSession, EndSession, Item
 from forge_record.store.reader import chunks
 from forge_record.store.schema import LAYOUT_CONTENT, blobs, exchanges, packs, sessions
+from forge_record.store.segments import Encoded, SessionEncoder
 
 FRESH_FOR = 600.0
 BEAT_EVERY = 30.0  # well under summary.STALE_AFTER
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _ENCODERS = 8  # sessions whose encoder is kept between batches
 _INSERT_EXCHANGE = exchanges.insert()
-
-
-@dataclass(frozen=True)
-class AddSession:
-    session: Session
-    recorder_pid: int | None = None
-    heartbeat_at: float | None = None
-
-
-@dataclass(frozen=True)
-class AddExchange:
-    session_id: str
-    exchange: Exchange
-
-
-@dataclass(frozen=True)
-class EndSession:
-    session_id: str
-    ended_at: float
-    exit_code: int | None
-    harness_version: str | None = None
-
-
-Item = AddSession | AddExchange | EndSession
-
-
-def describe(item: Item) -> str:
-    match item:
-        case AddSession(session=s):
-            return f"session {s.id}"
-        case AddExchange(session_id=sid, exchange=ex):
-            return f"exchange {ex.seq} of session {sid}"
-        case EndSession(session_id=sid):
-            return f"end of session {sid}"
 
 
 class Writes:

@@ -31,7 +31,7 @@ LEVEL = 3  # zstd's own default: fast enough for the writer thread, ~4-10x on JS
 # 286 against 294 KB for the 150-call session) at twice the CPU per piece (28 against 13 µs,
 # bench/writer_cost.py), and the writer's CPU is what the recorder costs the machine.
 STREAM_LEVEL = 3
-STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.encoder.SEGMENT_BYTES) all stay in reach
+STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.segments.SEGMENT_BYTES) all stay in reach
 
 _local = threading.local()
 
