@@ -132,6 +132,21 @@ class Request:
 
 
 @dataclass(kw_only=True, slots=True)
+class Tokens:
+    """The engine's own tokens for one call (vLLM's `return_token_ids`, SGLang's output ids):
+    the prompt exactly as the engine tokenized it and what the policy sampled, for token-level
+    training. Message records cannot give these back: re-tokenizing moves BPE boundaries and
+    re-serializes tool-call JSON. `logprobs[i]` is the logprob of `ids[i]`; `top_logprobs[i]`
+    lists the engine's top-k as `[token, logprob]` pairs, in the engine's order (vLLM puts
+    the sampled token first). A list the engine did not send is None."""
+
+    prompt_ids: list[int] | None = None
+    ids: list[int] | None = None
+    logprobs: list[float | None] | None = None
+    top_logprobs: list[list[list[Any]]] | None = None
+
+
+@dataclass(kw_only=True, slots=True)
 class Response:
     id: str | None = None
     model: str | None = None
@@ -140,6 +155,7 @@ class Response:
     usage: Usage = field(default_factory=Usage)
     error: dict[str, Any] | None = None  # {"type":..., "message":...} from an error body or event
     extras: dict[str, Any] = field(default_factory=dict)  # unknown events, stop_sequence, ...
+    tokens: Tokens | None = None  # from an engine that returns token ids
 
 
 @dataclass(kw_only=True, slots=True)
@@ -259,7 +275,7 @@ _BLOCKS = object()
 
 def response_to_dict(resp: Response, content: Any = _BLOCKS) -> dict[str, Any]:
     """`content`, if given, stands for the blocks (the store puts a blob name there)."""
-    return {
+    out = {
         "id": resp.id,
         "model": resp.model,
         "content": _blocks(resp.content) if content is _BLOCKS else content,
@@ -268,6 +284,9 @@ def response_to_dict(resp: Response, content: Any = _BLOCKS) -> dict[str, Any]:
         "error": resp.error,
         "extras": resp.extras,
     }
+    if resp.tokens is not None:  # absent, not null, for the calls of every other model
+        out["tokens"] = asdict(resp.tokens)
+    return out
 
 
 _USAGE_FIELDS = tuple(f.name for f in fields(Usage))
@@ -288,6 +307,7 @@ def response_from_dict(data: dict[str, Any]) -> Response:
         usage=Usage(**data.get("usage", {})),
         error=data.get("error"),
         extras=data.get("extras", {}),
+        tokens=Tokens(**data["tokens"]) if data.get("tokens") else None,
     )
 
 

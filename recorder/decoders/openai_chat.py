@@ -56,6 +56,7 @@ from forge_record.records import (
     Request,
     Response,
     Text,
+    Tokens,
     Tool,
     ToolCall,
     ToolResult,
@@ -194,13 +195,39 @@ def completion_response(obj: dict[str, Any]) -> Response:
     message = first.get("message") or {}
     response.content = message_blocks(message)
     response.stop_reason = first.get("finish_reason")
-    if logprobs := _non_empty(first.get("logprobs") or {}):
+    logprobs = _non_empty(first.get("logprobs") or {})
+    if (tokens := engine_tokens(obj, first)) is not None:
+        response.tokens = tokens
+        extras.pop("prompt_token_ids", None)
+        if tokens.logprobs is not None:  # the entries live on in tokens, once
+            logprobs.pop("content", None)
+    if logprobs:
         extras["logprobs"] = logprobs
+    if first.get("stop_reason") is not None:  # vLLM: the stop string or token id that matched
+        extras["stop_reason"] = first["stop_reason"]
     if rest := _non_empty({k: v for k, v in message.items() if k not in _MESSAGE_OWN_FIELDS}):
         extras["message"] = rest
     if others:
         extras["choices"] = [_other_choice(c) for c in others]
     return response
+
+
+def engine_tokens(obj: dict[str, Any], choice: dict[str, Any]) -> Tokens | None:
+    """The engine's token ids and logprobs for a choice, or None when it sent no ids. Prompt
+    ids sit at the top level in vLLM's chat answers and inside the choice in SGLang's chat
+    and in completions. Chat logprob entries carry no token id: they line up with `ids`."""
+    ids = choice.get("token_ids")
+    prompt_ids = choice.get("prompt_token_ids", obj.get("prompt_token_ids"))
+    if ids is None and prompt_ids is None:
+        return None
+    tokens = Tokens(prompt_ids=prompt_ids, ids=ids)
+    entries = (choice.get("logprobs") or {}).get("content")
+    if entries:
+        tokens.logprobs = [e.get("logprob") for e in entries]
+        if any(e.get("top_logprobs") for e in entries):
+            tokens.top_logprobs = [[[t.get("token"), t.get("logprob")]
+                                    for t in e.get("top_logprobs") or ()] for e in entries]
+    return tokens
 
 
 def _other_choice(choice: dict[str, Any]) -> dict[str, Any]:

@@ -7,10 +7,12 @@ as lists of fragments joined once (linear time for long answers). Per choice: `r
 replaced; `content`, `refusal`, `reasoning_content` and `reasoning` are concatenated;
 `tool_calls` entries are merged by `index` (the first non-empty `id`, `type` and name are
 kept, `arguments`/`input` are concatenated); legacy `function_call` likewise; logprob lists
-are extended; any other delta field is merged generically (strings joined, lists extended,
-dicts merged, other values replaced). Top-level fields keep their last non-null value;
-`usage` too. `obfuscation` padding is dropped wherever it appears. Raises one of the shape
-errors (TypeError, KeyError, ...) on a chunk it cannot apply; the caller keeps it aside.
+are extended; an engine's per-chunk `token_ids` are extended and its choice-level
+`prompt_token_ids` and `stop_reason` kept (vLLM, SGLang); any other delta field is merged
+generically (strings joined, lists extended, dicts merged, other values replaced).
+Top-level fields keep their last non-null value; `usage` too. `obfuscation` padding is
+dropped wherever it appears. Raises one of the shape errors (TypeError, KeyError, ...) on a
+chunk it cannot apply; the caller keeps it aside.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 _GROWING = ("content", "refusal", "reasoning_content", "reasoning")
 _SKIP_TOP = {"choices", "usage", "obfuscation"}
+_ENGINE_CHOICE_FIELDS = ("prompt_token_ids", "stop_reason")
 
 
 class _ToolCall:
@@ -59,6 +62,10 @@ class _Choice:
         self.other: dict[str, Any] = {}
         self.finish_reason: str | None = None
         self.logprobs: dict[str, list[Any]] = {}
+        # An engine's fields beside the delta: its sampled ids arrive a chunk's worth at a
+        # time, also on chunks whose delta is empty while a tool-call parser buffers.
+        self.token_ids: list[int] = []
+        self.engine: dict[str, Any] = {}
 
     def add(self, choice: dict[str, Any]) -> None:
         for key, value in (choice.get("delta") or {}).items():
@@ -68,6 +75,11 @@ class _Choice:
         for key, entries in (choice.get("logprobs") or {}).items():
             if entries:
                 self.logprobs.setdefault(key, []).extend(entries)
+        if ids := choice.get("token_ids"):
+            self.token_ids.extend(ids)
+        for key in _ENGINE_CHOICE_FIELDS:
+            if choice.get(key) is not None:
+                self.engine[key] = choice[key]
 
     def _add_delta(self, key: str, value: Any) -> None:
         if value is None or key == "obfuscation":
@@ -97,7 +109,9 @@ class _Choice:
                                "finish_reason": self.finish_reason}
         if self.logprobs:
             out["logprobs"] = self.logprobs
-        return out
+        if self.token_ids:
+            out["token_ids"] = self.token_ids
+        return {**out, **self.engine}
 
 
 def merge(old: Any, new: Any) -> Any:
