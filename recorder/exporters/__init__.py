@@ -27,6 +27,7 @@ FORMATS = {
     "trajectories": "forge_record.exporters.trajectories",
     "parquet": "forge_record.exporters.parquet",
     "otel": "forge_record.exporters.otel",
+    "tokens": "forge_record.exporters.tokens",
 }
 DIRECTORY_FORMATS = {"parquet"}  # written as shards into a directory, never to stdout
 
