@@ -16,7 +16,9 @@ from claude_code_cli import find_claude
 from conftest import require
 
 FORGE = str(Path(sys.executable).with_name("forge-record"))
-BIN = str(Path(sys.executable).parent)  # forge-record and python, and no agent CLI
+# forge-record and the demo's client are started by absolute path; scripts/ link the agent
+# CLIs into the venv's bin, so that is not on this PATH
+NO_CLI_PATH = f"/usr/bin{os.pathsep}/bin"
 NEXT = ["forge-record sessions", "forge-record show last", "forge-record view last",
         "forge-record export --format openai --session last -o demo.jsonl"]
 
@@ -56,7 +58,7 @@ def assert_demo_recorded(env, proc, harness: str) -> dict:
 
 
 def test_demo_without_any_cli_uses_the_built_in_client(tmp_path):
-    env = demo_env(tmp_path, f"{BIN}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    env = demo_env(tmp_path, NO_CLI_PATH)
     require(subprocess.run(["sh", "-c", "command -v claude"], env=env,
                            capture_output=True).returncode != 0, "claude is in /usr/bin")
     proc = forge(env, "demo", cwd=tmp_path)
@@ -99,7 +101,7 @@ def test_demo_with_the_real_claude_code(tmp_path):
 
 
 def test_demo_agent_claude_without_claude_is_one_line(tmp_path):
-    env = demo_env(tmp_path, f"{BIN}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    env = demo_env(tmp_path, NO_CLI_PATH)
     require(subprocess.run(["sh", "-c", "command -v claude"], env=env,
                            capture_output=True).returncode != 0, "claude is in /usr/bin")
     proc = forge(env, "demo", "--agent", "claude")
