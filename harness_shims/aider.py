@@ -25,7 +25,8 @@ class Aider(Shim):
                    "openrouter.ai", "api.deepseek.com")
     base_url_var = "OPENAI_API_BASE"
     default_base_url = "https://api.openai.com/v1"
-    verified = "configuration only (PROTOCOLS.md §2.7)"
+    reverse_when = "OPENAI_API_BASE is set"
+    verified = "configuration only, per aider's docs (not run)"
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         return "reverse" if environ.get(self.base_url_var) else "forward"

@@ -31,6 +31,9 @@ class Shim:
     base_url_var: str | None = None  # the CLI's base-URL variable, if it has one
     default_base_url: str | None = None
     user_agent_pattern: re.Pattern[str] | None = None
+    # When `--mode auto` picks reverse, in words (`forge-record harnesses` shows it); None
+    # when auto is always the same mode. tests/test_cli.py checks each against auto_mode.
+    reverse_when: str | None = None
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         return "reverse" if self.base_url_var else "forward"

@@ -22,6 +22,7 @@ class ClaudeCode(Shim):
     base_url_var = "ANTHROPIC_BASE_URL"
     default_base_url = "https://api.anthropic.com"
     user_agent_pattern = re.compile(r"claude-cli/([\w.+-]+)")
+    reverse_when = "ANTHROPIC_BASE_URL is set"
     verified = "Claude Code 2.1.197, real binary, forward and reverse, -p and interactive"
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:

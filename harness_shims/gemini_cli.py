@@ -31,6 +31,7 @@ class GeminiCli(Shim):
     base_url_var = "GOOGLE_GEMINI_BASE_URL"
     default_base_url = "https://generativelanguage.googleapis.com"
     user_agent_pattern = re.compile(r"GeminiCLI(?:-\w+)?/([\w.+-]+)")  # GeminiCLI-tui/0.61.0/...
+    reverse_when = "GOOGLE_GEMINI_BASE_URL is set"
     verified = "Gemini CLI 0.61.0, real binary, forward and reverse"
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:

@@ -33,7 +33,8 @@ class Goose(Shim):
     executables = ("goose",)
     model_hosts = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com",
                    "openrouter.ai")
-    verified = "configuration only (PROTOCOLS.md §2.8)"
+    reverse_when = "GOOSE_PROVIDER is anthropic, openai or ollama and its *_HOST is set"
+    verified = "configuration only, per goose's docs (not run)"
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         chosen = _host_var(environ)

@@ -31,6 +31,7 @@ class QwenCode(Shim):
     base_url_var = "OPENAI_BASE_URL"
     default_base_url = "https://dashscope.aliyuncs.com/compatible-mode/v1"
     user_agent_pattern = re.compile(r"QwenCode/([\w.+-]+)")
+    reverse_when = "OPENAI_BASE_URL and OPENAI_API_KEY are set"
     verified = "Qwen Code 0.24.4, real binary, forward and reverse (API key)"
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:

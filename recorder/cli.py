@@ -10,11 +10,13 @@ import click
 from forge_record import __version__
 from forge_record.commands import (
     db,
+    demo,
     doctor,
     export,
     gc,
     harnesses,
     label,
+    mock,
     push,
     run,
     sessions,
@@ -41,6 +43,8 @@ cli.add_command(db.db)
 cli.add_command(push.push)
 cli.add_command(gc.gc)
 cli.add_command(view.view)
+cli.add_command(demo.demo)
+cli.add_command(mock.mock)
 
 
 def main() -> None:

@@ -339,13 +339,16 @@ def _open_writer(url: str, *, redact_bodies: bool):
     from forge_record import config
     from forge_record.capture import finalize
     from forge_record.chain import ResponseChains
+    from forge_record.outcome import log_exchange
     from forge_record.paths import home
     from forge_record.store import Writer
 
     redactor = config.redactor(home()) if redact_bodies else None
     prepare = functools.partial(finalize, redactor=redactor)
     chains = ResponseChains()  # rebuilds WebSocket calls' full context
-    return Writer.open(url, prepare=lambda exchange: chains.stitch(prepare(exchange)))
+    # -v: one line per exchange, once it is folded (forge_record.outcome)
+    return Writer.open(url, prepare=lambda exchange: log_exchange(chains.stitch(
+        prepare(exchange))))
 
 
 def _say(out: IO[str], line: str) -> None:

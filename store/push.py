@@ -39,6 +39,8 @@ class Report:
     sessions: int = 0  # sessions the target lacked or had fewer exchanges of
     exchanges: int = 0
     blobs: int = 0
+    new_sessions: int = 0  # sessions the target did not have at all (some have no exchanges)
+    completed: int = 0  # sessions the target had in part (a push that was interrupted)
 
 
 def plan(source: Store, target: Store, session_ids: list[str]) -> dict[str, list[int]]:
@@ -57,9 +59,11 @@ def push(source: Store, target: Store, todo: dict[str, list[int]],
          progress: Callable[[int], None] = lambda n: None) -> Report:
     report = Report()
     for sid, seqs in todo.items():
-        _copy_session_row(source, target, sid)
+        added = _copy_session_row(source, target, sid)
+        report.new_sessions += added
         if seqs:
             report.sessions += 1
+            report.completed += not added
         for batch in _batches(source, sid, set(seqs)):
             report.blobs += _copy_batch(source, target, sid, batch)
             report.exchanges += len(batch)
@@ -72,17 +76,20 @@ def _exists(store: Store, session_id: str) -> bool:
         return conn.scalar(sa.select(sessions.c.id).where(sessions.c.id == session_id)) is not None
 
 
-def _copy_session_row(source: Store, target: Store, session_id: str) -> None:
+def _copy_session_row(source: Store, target: Store, session_id: str) -> bool:
+    """Add the session row, or bring it up to date; True if the target did not have it."""
     with source.reading("read session") as conn:
         row = dict(conn.execute(sa.select(sessions).where(sessions.c.id == session_id))
                    .mappings().one())
     with target.transaction(f"push session {session_id}") as conn:
         insert = dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"])
-        conn.execute(insert, row)
+        # RETURNING, not rowcount: psycopg reports -1 for this insert
+        added = conn.execute(insert.returning(sessions.c.id), row).first() is not None
         known = {k: v for k, v in row.items() if k in _UPDATABLE and v is not None}
         if row["ended_at"] is not None:
             conn.execute(sessions.update().where(sessions.c.id == session_id,
                                                  sessions.c.ended_at.is_(None)).values(**known))
+    return added
 
 
 def _batches(source: Store, session_id: str, wanted: set[int]):

@@ -34,7 +34,7 @@ def find_claude() -> str | None:
 @pytest.fixture
 def claude_env(tmp_path):
     claude = find_claude()
-    require(claude is not None, "Claude Code is not installed (.ci/run installs it with npm)")
+    require(claude is not None, "Claude Code is not installed (scripts/test installs it with npm)")
     home = tmp_path / "home"
     home.mkdir()
     return {

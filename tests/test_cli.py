@@ -36,6 +36,7 @@ def assert_one_line_error(proc, code=None):
 
 
 def test_unknown_session(env):
+    assert forge(env, "run", "--", "true").returncode == 0
     assert "no session matches 'nosuch'" in assert_one_line_error(forge(env, "show", "nosuch"))
 
 

@@ -7,7 +7,7 @@ answers with it. The stored call that carries the output must hold the whole con
 user's prompt AND the function_call_output, in both transports. Over the WebSocket the mock
 must have seen no HTTP POST (Codex never fell back).
 
-Codex is pinned: `.ci/run` installs @openai/codex@CODEX_VERSION, and these facts were checked
+Codex is pinned: `scripts/test` installs @openai/codex@CODEX_VERSION, and these facts were checked
 with that version. Its default model (gpt-6.2-sol in 0.171.0) offers tools through a
 JavaScript `exec` tool, so the runs ask for gpt-5.4, which offers `exec_command` directly.
 """
@@ -61,7 +61,7 @@ def find_codex() -> str | None:
 @pytest.fixture
 def codex_env(tmp_path):
     codex = find_codex()
-    require(codex is not None, "Codex is not installed (.ci/run installs it with npm)")
+    require(codex is not None, "Codex is not installed (scripts/test installs it with npm)")
     version = subprocess.run([codex, "--version"], capture_output=True, text=True,
                              timeout=30).stdout.split()[-1:]
     require(version == [CODEX_VERSION], f"Codex {version} found, these tests pin {CODEX_VERSION}")

@@ -43,7 +43,7 @@ def find_gemini() -> str | None:
 @pytest.fixture
 def gemini_env(tmp_path):
     gemini = find_gemini()
-    require(gemini is not None, "Gemini CLI is not installed (.ci/run installs it with npm)")
+    require(gemini is not None, "Gemini CLI is not installed (scripts/test installs it with npm)")
     home = tmp_path / "home"
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_bytes(orjson.dumps(SETTINGS))

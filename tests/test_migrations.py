@@ -265,5 +265,5 @@ def test_db_current_and_upgrade_commands(engine, url, tmp_path):
 def test_db_current_does_not_create_a_sqlite_store(tmp_path):
     url = default_store_url(tmp_path / "nothing-here")
     proc = forge_db(url, "current", home=tmp_path)
-    assert proc.returncode == 0 and "revision none" in proc.stdout
+    assert proc.returncode == 1 and proc.stderr.startswith("forge-record: no store at ")
     assert not (tmp_path / "nothing-here").exists()

@@ -58,7 +58,7 @@ def bash_script(request: dict) -> dict:
 @pytest.fixture
 def opencode_env(tmp_path):
     opencode = find_opencode()
-    require(opencode is not None, "opencode is not installed (.ci/run installs it with npm)")
+    require(opencode is not None, "opencode is not installed (scripts/test installs it with npm)")
     (tmp_path / "home").mkdir()
     (tmp_path / "work").mkdir()
     return {

@@ -135,8 +135,8 @@ def test_push_command_with_sessions_and_without_a_terminal(local, team, tmp_path
     proc = subprocess.run([FORGE, "push", "--store", local, "--to", team, "--session", "b"],
                           env=forge_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert re.fullmatch(r"pushed 5 exchanges of 1 sessions \(\d+ new blobs\); "
-                        r"0 sessions were already there", proc.stderr.strip()), proc.stderr
+    assert re.fullmatch(r"copied 1 session \(5 exchanges, \d+ new blobs\)",
+                        proc.stderr.strip()), proc.stderr
     assert "\r" not in proc.stderr  # no progress bar into a pipe
     same_sessions(local, team, ids=["b"])
 
@@ -160,5 +160,27 @@ def test_push_command_shows_a_progress_bar_on_a_terminal(local, team, tmp_path):
     os.close(primary)
     text = seen.decode(errors="replace")
     assert "pushing exchanges" in text and "35/35" in text
-    assert "pushed 35 exchanges of 2 sessions" in text
+    assert "copied 2 sessions (35 exchanges" in text
     same_sessions(local, team)
+
+
+def test_push_counts_what_it_copied(local, team, tmp_path):
+    """A session without exchanges (an agent that made no model call) is copied too, and
+    counted as copied, not as "already there"; a second push copies nothing and says so."""
+    with open_store(local) as store:
+        store.add_session(make_session("empty", started_at=400.0))
+
+    def forge_push():
+        proc = subprocess.run([FORGE, "push", "--store", local, "--to", team],
+                              env=forge_env(tmp_path), capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr.strip()
+
+    assert re.fullmatch(r"copied 3 sessions \(35 exchanges, \d+ new blobs\)", forge_push())
+    assert forge_push() == "copied 0 sessions (0 exchanges, 0 new blobs); 3 sessions already there"
+    with open_store(local) as store:
+        for ex in realistic_exchanges(9, seed=1)[5:]:
+            store.add_exchange("b", ex)
+    assert re.fullmatch(r"copied 0 sessions \(4 exchanges, \d+ new blobs\); completed 1 "
+                        r"session copied in part before; 2 sessions already there", forge_push())

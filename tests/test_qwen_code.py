@@ -93,7 +93,7 @@ def chat(mock: MockUpstream, received: Received) -> Reply:
 @pytest.fixture
 def qwen_env(tmp_path):
     qwen = find_qwen()
-    require(qwen is not None, "Qwen Code is not installed (.ci/run installs it with npm)")
+    require(qwen is not None, "Qwen Code is not installed (scripts/test installs it with npm)")
     home = tmp_path / "home"
     (home / ".qwen").mkdir(parents=True)
     (home / ".qwen" / "settings.json").write_bytes(orjson.dumps(SETTINGS))

@@ -6,7 +6,8 @@ import logging
 
 import click
 
-from forge_record.paths import store_url
+from forge_record.errors import ForgeRecordError
+from forge_record.paths import default_store_url, store_url
 
 store_option = click.option(
     "--store",
@@ -18,10 +19,30 @@ store_option = click.option(
 )
 
 
-def open_store(url: str | None):
+def open_store(url: str | None, *, create: bool = False):
+    """The store at `url` (the --store option, else FORGE_RECORD_STORE, else the default).
+
+    Only a command that records or copies into a store passes `create`: a reading command
+    on a mistyped path must say so, not leave an empty database (and its directories) there.
+    """
     from forge_record.store import open_store as _open
 
-    return _open(store_url(url))
+    url = store_url(url)
+    if not create:
+        require_store(url)
+    return _open(url)
+
+
+def require_store(url: str) -> None:
+    """ForgeRecordError "no store at PATH" when `url` names a SQLite file that does not exist
+    (a server store cannot be told apart from here without connecting, which opening does)."""
+    from forge_record.store.engine import sqlite_file
+
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        hint = " (nothing recorded yet; try: forge-record demo)" if url == default_store_url() \
+            else ""
+        raise ForgeRecordError(f"no store at {path}{hint}")
 
 
 def setup_logging(verbose: int) -> None:
@@ -32,6 +53,12 @@ def setup_logging(verbose: int) -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(level)
     logger.propagate = False
+    if verbose > 1:  # -vv: mitmproxy's own log too (the proxy sets its level)
+        mitm_handler = logging.StreamHandler()
+        mitm_handler.setFormatter(logging.Formatter("mitmproxy: %(message)s"))
+        mitm = logging.getLogger("mitmproxy")
+        mitm.handlers[:] = [mitm_handler]
+        mitm.propagate = False
 
 
 def key_value(ctx, param, values: tuple[str, ...]) -> dict[str, str]:

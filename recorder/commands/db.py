@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from forge_record.commands.common import store_option
+from forge_record.commands.common import require_store, store_option
 from forge_record.paths import store_url
 
 
@@ -38,6 +38,7 @@ def current(store) -> None:
     from forge_record.store.engine import show_url
 
     url = store_url(store)
+    require_store(url)
     revision, head = store_revision(url)
     if revision == head:
         state = "up to date"

@@ -1,8 +1,8 @@
 """`forge-record harnesses`: the agent CLIs forge-record knows, and how it routes each.
 
 One row per shim: its name (for `--harness`), the executables it is picked for, the mode
-`--mode auto` gives in this environment (and the variable that turns it to reverse, where
-there is one), the model hosts it intercepts in forward mode, and what it was checked with.
+`--mode auto` gives in this environment (and, from the shim's `reverse_when`, what turns it
+to reverse), the model hosts it intercepts in forward mode, and what it was checked with.
 """
 
 from __future__ import annotations
@@ -21,18 +21,10 @@ def describe(shim: Shim, environ: dict[str, str]) -> dict:
         "name": shim.name,
         "executables": list(shim.executables),
         "mode": shim.auto_mode(environ),
-        "reverse_when": _reverse_trigger(shim),
+        "reverse_when": shim.reverse_when,
         "model_hosts": list(shim.model_hosts),
         "checked_with": getattr(shim, "verified", None),
     }
-
-
-def _reverse_trigger(shim: Shim) -> str | None:
-    """The variable whose presence makes auto choose reverse, if one does (alone)."""
-    var = shim.base_url_var
-    if var is None or shim.auto_mode({}) == "reverse":
-        return None
-    return var if shim.auto_mode({var: "https://gateway.example"}) == "reverse" else None
 
 
 @click.command()
@@ -45,7 +37,7 @@ def harnesses(as_json) -> None:
         return
     table = [("HARNESS", "COMMAND", "AUTO MODE", "CHECKED WITH")] + [
         (row["name"], ",".join(row["executables"]) or "(any)",
-         row["mode"] + (f" (reverse if {row['reverse_when']} is set)" if row["reverse_when"]
+         row["mode"] + (f" (reverse if {row['reverse_when']})" if row["reverse_when"]
                         else ""),
          row["checked_with"] or "-") for row in rows]
     widths = [max(len(r[i]) for r in table) for i in range(3)]

@@ -9,6 +9,7 @@ import sys
 import click
 
 from forge_record.commands.common import open_store, store_option
+from forge_record.outcome import count
 
 
 @click.command()
@@ -24,7 +25,7 @@ def push(store, target, refs) -> None:
 
     source = open_store(store)
     try:
-        dest = open_store(target)
+        dest = open_store(target, create=True)
         try:
             ids = [source.resolve_session(r) for r in refs] if refs else _all(source)
             todo = pushing.plan(source, dest, ids)
@@ -34,9 +35,21 @@ def push(store, target, refs) -> None:
             dest.close()
     finally:
         source.close()
-    click.echo(f"pushed {report.exchanges} exchanges of {report.sessions} sessions "
-               f"({report.blobs} new blobs); {len(todo) - report.sessions} sessions were "
-               "already there", err=True)
+    click.echo(summary(report, len(todo)), err=True)
+
+
+def summary(report, sessions: int) -> str:
+    """What the push copied, e.g. "copied 8 sessions (35 exchanges, 12 new blobs)", then how
+    many sessions were there before, whole or in part (an interrupted push)."""
+    completed = report.completed
+    untouched = sessions - report.new_sessions - completed
+    text = (f"copied {count(report.new_sessions, 'session')} "
+            f"({count(report.exchanges, 'exchange')}, {count(report.blobs, 'new blob')})")
+    if completed:
+        text += f"; completed {count(completed, 'session')} copied in part before"
+    if untouched:
+        text += f"; {count(untouched, 'session')} already there"
+    return text
 
 
 def _all(source) -> list[str]:

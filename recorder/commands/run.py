@@ -18,6 +18,7 @@ from forge_record import config, harness_shims, launch, trust
 from forge_record.commands.common import key_value, open_store, setup_logging, store_option
 from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
+from forge_record.outcome import Failures, count
 from forge_record.paths import home, store_url
 from forge_record.records import Exchange, Session
 from forge_record.redact.argv import mask_argv
@@ -105,6 +106,7 @@ def record(
     # The store is opened, and exchanges are folded, redacted and written, in a process of
     # its own (forge_record.writer_process), while this one starts the proxy.
     writer = WriterProcess(url, redact_bodies=redactor is not None, verbose=verbose)
+    failures = Failures()
     session = Session(
         id=secrets.token_hex(8),
         harness=shim.name,
@@ -115,11 +117,11 @@ def record(
         tags=tags,
         started_at=time.time(),
     )
-    writer.submit_session(session)
     seen = _VersionSniffer(shim)
 
     def sink(exchange: Exchange) -> None:
         seen(exchange)
+        failures(exchange)
         writer.submit_exchange(session.id, exchange)
 
     addon = Recorder(
@@ -134,9 +136,12 @@ def record(
         verbose=verbose > 1,
     )
     exit_code = None
+    started = False  # a session is stored only once the proxy is up and the store open
     try:
         proxy_url = f"http://127.0.0.1:{proxy.start()}"
         writer.ready()  # a store that cannot be opened fails here, before the agent starts
+        writer.submit_session(session)
+        started = True
         # What start-up made (modules, mitmproxy and its addons) lives as long as the
         # proxy: frozen, the cyclic GC stops walking it in the collections that every
         # exchange's garbage sets off (bench/throughput.py: ~3% of the proxy's throughput).
@@ -151,9 +156,10 @@ def record(
         exit_code = launch.run_child(argv, env)
     finally:
         proxy.stop()
-        writer.submit_end(session.id, time.time(), exit_code, harness_version=seen.version)
+        if started:
+            writer.submit_end(session.id, time.time(), exit_code, harness_version=seen.version)
         writer.close()
-    _print_summary(url, session.id, writer)
+    _print_summary(url, session.id, writer, failures)
     return exit_code
 
 
@@ -169,7 +175,7 @@ class _VersionSniffer:
             self.version = self.shim.version_from(exchange.request_headers.get("user-agent", ""))
 
 
-def _print_summary(url: str, session_id: str, writer) -> None:
+def _print_summary(url: str, session_id: str, writer, failures: Failures) -> None:
     if writer.spool_left:  # the store was down: the next run writes the spool
         click.echo(f"forge-record: session {session_id} · the store did not answer; "
                    f"{writer.spool_left} items wait in {writer.spool_file}", err=True)
@@ -186,17 +192,16 @@ def _print_summary(url: str, session_id: str, writer) -> None:
     lost = writer.dropped + writer.failed
     parts = [
         f"session {session_id}",
-        _count(s["calls"], "model call"),
-        _count(s["tool_calls"], "tool call"),
+        count(s["calls"], "model call"),
+        count(s["tool_calls"], "tool call"),
         f"{s['input_tokens'] or 0:,} in / {s['output_tokens'] or 0:,} out tokens",
     ]
+    if failures.total:  # say so, or a run that reached no model reads like one that worked
+        parts.append(failures.summary())
     if lost:
         parts.append(f"{lost} exchanges NOT stored (see warnings)")
     click.echo("forge-record: " + " · ".join(parts), err=True)
 
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def pick_shim(name: str | None, argv: list[str]) -> Shim:

@@ -73,16 +73,18 @@ def default_routes() -> list[Route]:
 
 @dataclass
 class MockUpstream:
-    """`options` are read by the responders (e.g. "anthropic_script")."""
+    """`options` are read by the responders (e.g. "anthropic_script"). `port` 0 (the
+    default) takes a free one; `forge-record mock --port N` picks its own."""
 
     gzip_responses: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     routes: list[Route] = field(default_factory=default_routes)
     requests: list[Received] = field(default_factory=list)
     websockets: list[Any] = field(default_factory=list)  # openai_ws.Connection, one per upgrade
+    port: int = 0
 
     def __post_init__(self) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -99,6 +101,14 @@ class MockUpstream:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def base_urls(self) -> dict[str, str]:
+        """Where each dialect's clients point their base URL (the variable: the URL)."""
+        return {
+            "ANTHROPIC_BASE_URL": self.url,  # Messages API: /v1/messages, count_tokens
+            "OPENAI_BASE_URL": f"{self.url}/v1",  # Chat Completions and Responses (+ WebSocket)
+            "GOOGLE_GEMINI_BASE_URL": self.url,  # Gemini API: /v1beta/models/...
+        }
 
     def reply_to(self, request: Received) -> Reply:
         path = request.path.split("?")[0]
