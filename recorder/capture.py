@@ -155,9 +155,7 @@ def finalize(exchange: Exchange, redactor: Redactor | None = None) -> Exchange:
     if exchange.request is None and exchange.raw_request and dialect is not None:
         try:
             exchange.request = dialect.parse_request(exchange.raw_request)
-            from_url = getattr(dialect, "from_url", None)  # Gemini: model, stream are in the URL
-            if from_url is not None:
-                from_url(exchange.request, exchange.url)
+            dialect.from_url(exchange.request, exchange.url)  # Gemini: model, stream
         except Exception as e:  # noqa: BLE001 - keep the raw body, flag the record
             exchange.flags.append("request_decode_error")
             log.warning("forge-record: cannot parse request to %s: %r", exchange.url, e)
