@@ -63,10 +63,12 @@ class Recorder:
 
     def request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
-        # What the agent asked for, before any redirect to an upstream.
+        # What the agent asked for, before any redirect to an upstream (which rewrites the
+        # Host header too): routing reads it, the record keeps it.
         logical_url, path, host = req.pretty_url, req.path, req.pretty_host.lower()
-        self._redirect(flow, host)
         dialect = dialect_for(req.method, path)
+        headers = list(req.headers.items(multi=True)) if dialect is not None else []
+        self._redirect(flow, host)
         if dialect is None:
             return
         body = req.get_content(strict=False) or b""
@@ -77,8 +79,9 @@ class Recorder:
             seq=next(self._seq),
             method=req.method,
             url=logical_url,
+            upstream_url=req.url,  # where it is sent
             path=path,
-            headers=list(req.headers.items(multi=True)),
+            headers=headers,
             body=body,
             max_body=self.max_body,
         )

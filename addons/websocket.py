@@ -68,6 +68,7 @@ class WebSocketRecorder:
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         sock: _Socket | None = flow.metadata.get(_META)
         if sock is not None and flow.response is not None:
+            sock.upstream_url = _ws_url(flow.request.url)  # after any --upstream redirect
             sock.response_headers = list(flow.response.headers.items(multi=True))
             self._sockets[id(flow)] = sock
 
@@ -107,7 +108,8 @@ class WebSocketRecorder:
             self._end(sock, "superseded by a new response.create")
         sock.frames = _FrameDialect(sock.dialect)
         sock.capture = Capture(sock.frames, seq=next(self.recorder._seq), method="GET",
-                               url=sock.url, path=sock.path, headers=sock.request_headers,
+                               url=sock.url, upstream_url=sock.upstream_url, path=sock.path,
+                               headers=sock.request_headers,
                                body=data, max_body=self.recorder.max_body, decode_live=True)
         sock.capture.exchange.http_status = 101  # the call went over an upgraded connection
 
@@ -148,6 +150,7 @@ class _Socket:
                  request_headers: list[tuple[str, str]]) -> None:
         self.dialect = dialect
         self.url = url
+        self.upstream_url: str | None = None
         self.path = path
         self.request_headers = request_headers
         self.response_headers: list[tuple[str, str]] = []

@@ -4,7 +4,10 @@ A shim only computes environment variables; it imports the standard library alon
 starts anything. Two routing modes exist (docs/routing.md):
 
 - reverse: the CLI's base-URL variable points at the proxy, which forwards to the real API
-  (or to the user's own gateway, when that variable was already set);
+  (or to the user's own gateway, when that variable was already set). The base URL handed
+  to the CLI is the proxy's address with the upstream base URL's path kept
+  (`https://gw.example/openai/v1` becomes `http://127.0.0.1:PORT/openai/v1`), so the CLI
+  sends the paths it would send without the recorder and the proxy forwards them unchanged;
 - forward: HTTPS_PROXY plus every CA variable the common runtimes read, so the CLI keeps
   talking to its real host and the proxy intercepts TLS for model hosts only.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
@@ -41,9 +45,15 @@ class Shim:
             return environ[self.base_url_var].rstrip("/")
         return self.default_base_url
 
+    def reverse_base(self, proxy_url: str, environ: Mapping[str, str]) -> str:
+        """The base URL to hand the CLI in reverse mode: the proxy, under the path of the
+        base URL the CLI would have used (`upstream_base`)."""
+        base = self.upstream_base(environ)
+        return proxy_url + (urlsplit(base).path.rstrip("/") if base else "")
+
     def reverse_env(self, proxy_url: str, environ: Mapping[str, str]) -> dict[str, str]:
         assert self.base_url_var is not None
-        return {self.base_url_var: proxy_url}
+        return {self.base_url_var: self.reverse_base(proxy_url, environ)}
 
     def reverse_argv(
         self, argv: list[str], proxy_url: str, environ: Mapping[str, str]

@@ -26,12 +26,12 @@ from collections.abc import Mapping
 
 from forge_record.harness_shims.base import Shim
 
-API = ("https://api.openai.com", "/v1")
-CHATGPT = ("https://chatgpt.com", "/backend-api/codex")
+API = "https://api.openai.com/v1"
+CHATGPT = "https://chatgpt.com/backend-api/codex"
 
 
-def _reverse_target(environ: Mapping[str, str]) -> tuple[str, str]:
-    """(upstream origin, the base path Codex would use there)."""
+def _reverse_target(environ: Mapping[str, str]) -> str:
+    """The built-in provider's base URL: the API with a key, else the ChatGPT backend."""
     return API if environ.get("OPENAI_API_KEY") or environ.get("CODEX_API_KEY") else CHATGPT
 
 
@@ -46,9 +46,7 @@ class Codex(Shim):
         return "forward"
 
     def upstream_base(self, environ: Mapping[str, str]) -> str | None:
-        # The origin alone: Codex keeps the path (/v1, /backend-api/codex) in its requests,
-        # so the recorded URL is the real one.
-        return _reverse_target(environ)[0]
+        return _reverse_target(environ)
 
     def reverse_env(self, proxy_url: str, environ: Mapping[str, str]) -> dict[str, str]:
         return {}  # Codex takes its base URL from config, set by reverse_argv
@@ -58,5 +56,5 @@ class Codex(Shim):
     ) -> list[str]:
         # Before the subcommand: root-level -c overrides apply to every subcommand, and a
         # user's trailing `--` or prompt cannot swallow them.
-        path = _reverse_target(environ)[1]
-        return [argv[0], "-c", f'openai_base_url="{proxy_url}{path}"', *argv[1:]]
+        base = self.reverse_base(proxy_url, environ)
+        return [argv[0], "-c", f'openai_base_url="{base}"', *argv[1:]]

@@ -49,7 +49,7 @@ class Goose(Shim):
     def reverse_env(self, proxy_url: str, environ: Mapping[str, str]) -> dict[str, str]:
         chosen = _host_var(environ)
         assert chosen is not None  # plan_route refused reverse mode without a provider
-        return {chosen[0]: proxy_url}
+        return {chosen[0]: self.reverse_base(proxy_url, environ)}
 
     def forward_env(self, proxy_url: str, ca: CaFiles, environ: Mapping[str, str]
                     ) -> dict[str, str]:

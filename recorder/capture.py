@@ -50,6 +50,7 @@ class Capture:
         path: str,
         headers: list[tuple[str, str]],
         body: bytes,
+        upstream_url: str | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         decode_live: bool = False,
     ) -> None:
@@ -62,6 +63,7 @@ class Capture:
             kind=dialect.kind(path),
             method=method,
             url=redact_url(url),
+            upstream_url=redact_url(upstream_url) if upstream_url is not None else None,
             started_at=time.time(),
             request_headers=redact_headers(headers),
             raw_request=body[:max_body],

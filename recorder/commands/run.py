@@ -83,11 +83,10 @@ def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[s
         base = shim.upstream_base(environ)
         if base is None:
             raise UsageError(f"{shim.name} has no base-URL variable; use --mode forward")
+        # The CLI is handed the proxy under the base URL's path (Shim.reverse_base), so the
+        # proxy only swaps the origin back; an --upstream for that host applies after.
         parts = urlsplit(base)
-        upstreams = dict(upstreams)
-        if parts.path.strip("/") and parts.hostname not in upstreams:
-            upstreams[parts.hostname] = base  # keep the gateway's path prefix
-        return Route("reverse", f"reverse:{parts.scheme}://{parts.netloc}", upstreams)
+        return Route("reverse", f"reverse:{parts.scheme}://{parts.netloc}", dict(upstreams))
     hosts = set(shim.model_hosts) | set(upstreams)
     if shim.base_url_var and environ.get(shim.base_url_var):
         hosts.add(urlsplit(environ[shim.base_url_var]).hostname or "")
