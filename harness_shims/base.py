@@ -1,7 +1,7 @@
 """What a harness shim knows: how to route one agent CLI through the recorder.
 
 A shim only computes environment variables; it imports the standard library alone and never
-starts anything. Two routing modes exist (docs/routing.md):
+starts anything. Two routing modes exist (docs/ROUTING.md):
 
 - reverse: the CLI's base-URL variable points at the proxy, which forwards to the real API
   (or to the user's own gateway, when that variable was already set). The base URL handed
@@ -15,7 +15,7 @@ starts anything. Two routing modes exist (docs/routing.md):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -39,16 +39,26 @@ class Shim:
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         return "reverse" if self.base_url_var else "forward"
 
-    def upstream_base(self, environ: Mapping[str, str]) -> str | None:
-        """Where reverse-mode traffic goes: the user's own base URL if set, else the API's."""
+    def upstream_base(self, environ: Mapping[str, str], argv: Sequence[str] = ()) -> str | None:
+        """The base URL the CLI would use without the recorder, where reverse-mode traffic
+        goes: the user's own base URL if set, else the API's."""
         if self.base_url_var and environ.get(self.base_url_var):
             return environ[self.base_url_var].rstrip("/")
         return self.default_base_url
 
-    def reverse_base(self, proxy_url: str, environ: Mapping[str, str]) -> str:
+    def reverse_refusal(self, environ: Mapping[str, str], argv: Sequence[str] = ()
+                        ) -> str | None:
+        """Why reverse mode cannot route this run (one line), or None when it can. A CLI
+        that would send part of its model traffic past the proxy is refused, not run."""
+        if self.upstream_base(environ, argv) is None:
+            return f"{self.name} has no base-URL variable; use --mode forward"
+        return None
+
+    def reverse_base(self, proxy_url: str, environ: Mapping[str, str],
+                     argv: Sequence[str] = ()) -> str:
         """The base URL to hand the CLI in reverse mode: the proxy, under the path of the
         base URL the CLI would have used (`upstream_base`)."""
-        base = self.upstream_base(environ)
+        base = self.upstream_base(environ, argv)
         return proxy_url + (urlsplit(base).path.rstrip("/") if base else "")
 
     def reverse_env(self, proxy_url: str, environ: Mapping[str, str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ providers have no such variable here: use forward mode.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from forge_record.harness_shims.base import CaFiles, Shim
 
@@ -39,7 +39,7 @@ class Goose(Shim):
         chosen = _host_var(environ)
         return "reverse" if chosen and environ.get(chosen[0]) else "forward"
 
-    def upstream_base(self, environ: Mapping[str, str]) -> str | None:
+    def upstream_base(self, environ: Mapping[str, str], argv: Sequence[str] = ()) -> str | None:
         chosen = _host_var(environ)
         if chosen is None:
             return None

@@ -24,6 +24,7 @@ import pytest
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.commands.run import plan_route
+from forge_record.errors import UsageError
 from forge_record.harness_shims import SHIMS, shim_named
 from forge_record.mock import MockUpstream
 from forge_record.records import Exchange, exchange_from_dict, exchange_to_dict
@@ -129,7 +130,7 @@ BASES = [
     ("claude-code", {}, "ANTHROPIC_BASE_URL", ""),
     ("gemini-cli", {"GOOGLE_GEMINI_BASE_URL": "https://gw.example/gemini/"},
      "GOOGLE_GEMINI_BASE_URL", "/gemini"),
-    ("qwen-code", {}, "OPENAI_BASE_URL", "/compatible-mode/v1"),
+    ("qwen-code", {"OPENAI_API_KEY": "k"}, "OPENAI_BASE_URL", "/compatible-mode/v1"),
     ("qwen-code", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "OPENAI_API_KEY": "k"},
      "OPENAI_BASE_URL", "/v1"),
     ("aider", {}, "OPENAI_API_BASE", "/v1"),
@@ -166,6 +167,29 @@ def test_opencode_and_codex_bases_keep_the_path():
     codex = shim_named("codex")
     argv = codex.reverse_argv(["codex", "exec", "hi"], PROXY, {"OPENAI_API_KEY": "k"})
     assert argv[1:3] == ["-c", f'openai_base_url="{PROXY}/v1"']
+
+
+# --- reverse modes that would record nothing are refused ------------------------------
+
+
+@pytest.mark.parametrize(("name", "environ", "argv", "reason"), [
+    ("qwen-code", {"OPENAI_BASE_URL": "https://gw.example/v1"}, ["qwen"], "needs OPENAI_API_KEY"),
+    ("claude-code", {"CLAUDE_CODE_USE_BEDROCK": "1"}, ["claude"], "CLAUDE_CODE_USE_BEDROCK"),
+    ("claude-code", {"CLAUDE_CODE_USE_VERTEX": "true"}, ["claude"], "CLAUDE_CODE_USE_VERTEX"),
+    ("generic", {}, ["agent"], "no base-URL variable"),
+])
+def test_reverse_mode_that_would_miss_traffic_is_refused(name, environ, argv, reason):
+    with pytest.raises(UsageError, match=reason) as refused:
+        plan_route(shim_named(name), "reverse", environ, {}, argv)
+    assert str(refused.value).endswith("use --mode forward")
+
+
+@pytest.mark.parametrize(("name", "environ", "argv"), [
+    ("qwen-code", {}, ["qwen", "--openai-api-key", "k"]),
+    ("claude-code", {"CLAUDE_CODE_USE_BEDROCK": "0"}, ["claude"]),
+])
+def test_reverse_mode_that_can_route_is_not_refused(name, environ, argv):
+    assert plan_route(shim_named(name), "reverse", environ, {}, argv).mode == "reverse"
 
 
 # --- the new field: stored, shown, masked -----------------------------------------------

@@ -131,8 +131,8 @@ def test_opencode_reverse_merges_the_users_inline_config():
 @pytest.mark.parametrize(("name", "environ", "mitm", "upstreams"), [
     ("gemini-cli", {}, "reverse:https://generativelanguage.googleapis.com", {}),
     ("opencode", {}, "reverse:https://api.anthropic.com", {}),
-    ("qwen-code", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}, "reverse:http://127.0.0.1:8000",
-     {}),  # a local vLLM stays the upstream (its /v1 is in the base URL handed to the CLI)
+    ("qwen-code", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "OPENAI_API_KEY": "k"},
+     "reverse:http://127.0.0.1:8000", {}),  # a local vLLM stays the upstream
     ("aider", {}, "reverse:https://api.openai.com", {}),
     ("goose", {"GOOSE_PROVIDER": "ollama", "OLLAMA_HOST": "127.0.0.1:11434"},
      "reverse:http://127.0.0.1:11434", {}),

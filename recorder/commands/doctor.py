@@ -85,7 +85,7 @@ def doctor(harness, mode, no_self_test, command) -> None:
     shim = pick_shim(harness, argv)
     _describe_command(argv, environ, shim, report)
     try:
-        route = plan_route(shim, mode, environ, {})
+        route = plan_route(shim, mode, environ, {}, argv)
     except UsageError as e:
         raise ForgeRecordError(str(e)) from e
     click.echo(f"mode: {route.mode}" + (" (auto)" if mode == "auto" else ""))
