@@ -52,6 +52,10 @@ OTHER = {
 }
 
 
+def test_dialect_names_are_unique():
+    assert len({d.name for d in DIALECTS}) == len(DIALECTS)
+
+
 def test_each_route_is_one_dialects():
     for path, name, _ in ROUTES:
         owners = [d.name for d in DIALECTS if d.matches("POST", path)]
@@ -75,7 +79,26 @@ def test_not_a_route(path, name, kind, variant):
     assert dialect_for("POST", spelled) is None, spelled
 
 
+# Real clients' paths: gateways, Azure deployments, Codex's ChatGPT backend, Vertex.
+@pytest.mark.parametrize(("path", "name", "kind"), [
+    ("/anthropic/v1/messages?beta=true", "anthropic.messages", "model"),
+    ("/openai/deployments/gpt/chat/completions?api-version=2024-10-21", "openai.chat", "model"),
+    ("/backend-api/codex/responses", "openai.responses", "model"),
+    ("/backend-api/codex/responses/compact", "openai.responses", "side"),
+    ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro"
+     ":streamGenerateContent?alt=sse", "gemini.generate", "model"),
+    ("/gw/v1beta/models/gemini-2.5-flash%3AstreamGenerateContent", "gemini.generate", "model"),
+    ("/v1internal:streamGenerateContent?alt=sse", "gemini.code_assist", "model"),
+])
+def test_clients_paths(path, name, kind):
+    dialect = dialect_for("POST", path)
+    assert dialect is dialect_named(name) and dialect.kind(path) == kind
+
+
 @pytest.mark.parametrize("path", [
+    "/v1/messages/batches", "/v1/complete", "/v1/models", "/v1/completions",
+    "/v1/chat/completions/chatcmpl-123", "/v1/responses/resp_123/cancel",
+    "/v1internal:onboardUser", "/log?format=json", "/v1beta/models",
     "/v1/xmessages", "/v2/messages", "/v1/xchat/completions", "/v1/chat/xcompletions",
     "/v1/xresponses", "/v1/responses/resp_1", "/v1/responses/input_tokens",
     "/v1beta/xmodels/g:generateContent", "/v1beta/models/g:xgenerateContent",

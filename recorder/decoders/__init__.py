@@ -8,7 +8,7 @@ alike. Matching is cheap and reads only the method and the path.
 from __future__ import annotations
 
 from forge_record.decoders import anthropic_messages, gemini, openai_chat, openai_responses
-from forge_record.decoders.base import Dialect, ResponseDecoder
+from forge_record.decoders.base import Dialect, ResponseDecoder, routable
 
 # Matching is by the end of the path, so order would matter only if two dialects' routes
 # could overlap; these (…/v1/messages, …/chat/completions, …/responses, …/models/M:method,
@@ -26,7 +26,10 @@ __all__ = ["DIALECTS", "Dialect", "ResponseDecoder", "dialect_for", "dialect_nam
 def dialect_for(method: str, path: str, *, websocket: bool = False) -> Dialect | None:
     """The dialect a request belongs to, or None when it is not a model call we know.
     `websocket`: the request is an upgrade to a WebSocket (GET, `Upgrade: websocket`)."""
-    return next((d for d in DIALECTS if d.matches(method, path, websocket=websocket)), None)
+    route = routable(method, path, websocket)  # read once, for every dialect
+    if route is None:
+        return None
+    return next((d for d in DIALECTS if d.match_route(route, websocket)), None)
 
 
 def dialect_named(name: str) -> Dialect | None:

@@ -50,7 +50,7 @@ class Dialect:
     Routing rules, decided here once: a request is a dialect's when its method is POST (a
     WebSocket upgrade: GET) and the end of its route path matches one of the dialect's
     `routes` (`websocket_routes` for an upgrade). The route path is the request path without
-    the query or fragment, percent-decoded, with trailing slashes dropped; a pattern starts at
+    the query, percent-decoded, with trailing slashes dropped; a pattern starts at
     a `/`, so it matches whole segments and anything before it is a gateway's prefix
     (`https://gw.example/anthropic/v1/messages`).
     """
@@ -72,9 +72,11 @@ class Dialect:
 
     def route(self, method: str, path: str, *, websocket: bool = False) -> re.Match[str] | None:
         """How a request's path matched this dialect's routes, or None if it is not ours."""
-        if method.upper() != ("GET" if websocket else "POST"):
-            return None
-        route = route_path(path)
+        route = routable(method, path, websocket)
+        return self.match_route(route, websocket) if route is not None else None
+
+    def match_route(self, route: str, websocket: bool = False) -> re.Match[str] | None:
+        """`route` (from `routable`) matched against this dialect's routes, or None."""
         table = self._websocket if websocket else self._http
         return next((m for pattern, _ in table if (m := pattern.search(route))), None)
 
@@ -100,9 +102,15 @@ class Dialect:
         raise NotImplementedError
 
 
+def routable(method: str, path: str, websocket: bool = False) -> str | None:
+    """The route path of a request whose method can be a model call, else None (the rules
+    are `Dialect`'s)."""
+    return route_path(path) if method.upper() == ("GET" if websocket else "POST") else None
+
+
 def route_path(path: str) -> str:
     """The part of a request path that routing reads (see `Dialect`)."""
-    return unquote(path.partition("#")[0].partition("?")[0]).rstrip("/")
+    return unquote(path.partition("?")[0]).rstrip("/")
 
 
 def _compile(routes: Mapping[str, str]) -> list[tuple[re.Pattern[str], str]]:
