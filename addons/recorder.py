@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from mitmproxy import http, tls
 
 from forge_record.capture import DEFAULT_MAX_BODY, Capture
-from forge_record.decoders import dialect_for
+from forge_record.decoders import Dialect, dialect_for
 from forge_record.records import Exchange
 
 log = logging.getLogger("forge_record")
@@ -51,30 +51,37 @@ class Recorder:
     # --- forward mode: intercept only model hosts ------------------------------------------
 
     def tls_clienthello(self, data: tls.ClientHelloData) -> None:
-        host = (data.client_hello.sni or "").lower()
-        if not self.record_any_host and host not in self.model_hosts:
+        if not self.intercepts((data.client_hello.sni or "").lower()):
             data.ignore_connection = True
+
+    def intercepts(self, host: str) -> bool:
+        """Whether calls to `host` are recorded whatever their body says (the WebSocket
+        addon asks too)."""
+        return self.record_any_host or host in self.model_hosts
 
     # --- recording ------------------------------------------------------------------------
 
     def request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
-        # What the agent asked for, before any redirect to an upstream.
+        # What the agent asked for, before any redirect to an upstream (which rewrites the
+        # Host header too): routing reads it, the record keeps it.
         logical_url, path, host = req.pretty_url, req.path, req.pretty_host.lower()
-        self._redirect(flow, host)
         dialect = dialect_for(req.method, path)
+        headers = list(req.headers.items(multi=True)) if dialect is not None else []
+        self._redirect(flow, host)
         if dialect is None:
             return
         body = req.get_content(strict=False) or b""
-        if not (self.record_any_host or host in self.model_hosts or _speaks(dialect, body)):
+        if not (self.intercepts(host) or _speaks(dialect, body)):
             return
         flow.metadata[_META] = Capture(
             dialect,
             seq=next(self._seq),
             method=req.method,
             url=logical_url,
+            upstream_url=req.url,  # where it is sent
             path=path,
-            headers=list(req.headers.items(multi=True)),
+            headers=headers,
             body=body,
             max_body=self.max_body,
         )
@@ -132,9 +139,8 @@ class Recorder:
         req.path = url.path + req.path
 
 
-def _speaks(dialect, body: bytes) -> bool:
+def _speaks(dialect: Dialect, body: bytes) -> bool:
     """Whether a body on a host we do not know is this dialect's: a JSON object that names the
     dialect's key field. Only plain-HTTP traffic can get here (a local or LAN model server
     reached through HTTP_PROXY): TLS is intercepted for model hosts alone."""
-    keys = getattr(dialect, "body_keys", (b'"model"',))
-    return body[:64].lstrip()[:1] == b"{" and any(key in body for key in keys)
+    return body[:64].lstrip()[:1] == b"{" and any(key in body for key in dialect.body_keys)

@@ -32,13 +32,13 @@ from mitmproxy import http
 
 from forge_record.addons.recorder import Recorder
 from forge_record.capture import Capture
+from forge_record.decoders import dialect_for
 from forge_record.decoders.openai_responses import ResponsesFold
 from forge_record.records import Response
 
 log = logging.getLogger("forge_record")
 
 _META = "forge_record_ws"
-DIALECT = "openai.responses"
 # Events after which the server sends nothing more for this call.
 ENDING = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
 _CREATE = b'{"type":"response.create"'
@@ -60,16 +60,15 @@ class WebSocketRecorder:
         req = flow.request
         if req.headers.get("upgrade", "").lower() != "websocket":
             return
-        if not req.path.partition("?")[0].rstrip("/").endswith("/responses"):
-            return
-        host = req.pretty_host.lower()
-        if self.recorder.record_any_host or host in self.recorder.model_hosts:
-            flow.metadata[_META] = _Socket(_ws_url(req.pretty_url), req.path,
+        dialect = dialect_for(req.method, req.path, websocket=True)  # the HTTP addon's rules
+        if dialect is not None and self.recorder.intercepts(req.pretty_host.lower()):
+            flow.metadata[_META] = _Socket(dialect.name, _ws_url(req.pretty_url), req.path,
                                            list(req.headers.items(multi=True)))
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         sock: _Socket | None = flow.metadata.get(_META)
         if sock is not None and flow.response is not None:
+            sock.upstream_url = _ws_url(flow.request.url)  # after any --upstream redirect
             sock.response_headers = list(flow.response.headers.items(multi=True))
             self._sockets[id(flow)] = sock
 
@@ -107,9 +106,10 @@ class WebSocketRecorder:
             return  # response.processed and the like: not a call
         if sock.capture is not None:
             self._end(sock, "superseded by a new response.create")
-        sock.frames = _FrameDialect()
+        sock.frames = _FrameDialect(sock.dialect)
         sock.capture = Capture(sock.frames, seq=next(self.recorder._seq), method="GET",
-                               url=sock.url, path=sock.path, headers=sock.request_headers,
+                               url=sock.url, upstream_url=sock.upstream_url, path=sock.path,
+                               headers=sock.request_headers,
                                body=data, max_body=self.recorder.max_body, decode_live=True)
         sock.capture.exchange.http_status = 101  # the call went over an upgraded connection
 
@@ -146,8 +146,11 @@ class WebSocketRecorder:
 class _Socket:
     """One recorded WebSocket connection and the exchange open on it, if any."""
 
-    def __init__(self, url: str, path: str, request_headers: list[tuple[str, str]]) -> None:
+    def __init__(self, dialect: str, url: str, path: str,
+                 request_headers: list[tuple[str, str]]) -> None:
+        self.dialect = dialect
         self.url = url
+        self.upstream_url: str | None = None
         self.path = path
         self.request_headers = request_headers
         self.response_headers: list[tuple[str, str]] = []
@@ -188,13 +191,13 @@ class _FrameDecoder:
 
 
 class _FrameDialect:
-    """What Capture needs of a dialect, for one WebSocket call. The exchange is stored as
-    `openai.responses`, so the writer parses its `response.create` frame as that dialect's
+    """What Capture needs of a dialect, for one WebSocket call. The exchange is stored under
+    the dialect that owns the upgrade's path (`openai.responses`, the one dialect with
+    WebSocket routes), so the writer parses its `response.create` frame as that dialect's
     request body."""
 
-    name = DIALECT
-
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.decoder = _FrameDecoder()
 
     def kind(self, path: str) -> str:

@@ -1,10 +1,13 @@
 """What a harness shim knows: how to route one agent CLI through the recorder.
 
 A shim only computes environment variables; it imports the standard library alone and never
-starts anything. Two routing modes exist (docs/routing.md):
+starts anything. Two routing modes exist (docs/ROUTING.md):
 
 - reverse: the CLI's base-URL variable points at the proxy, which forwards to the real API
-  (or to the user's own gateway, when that variable was already set);
+  (or to the user's own gateway, when that variable was already set). The base URL handed
+  to the CLI is the proxy's address with the upstream base URL's path kept
+  (`https://gw.example/openai/v1` becomes `http://127.0.0.1:PORT/openai/v1`), so the CLI
+  sends the paths it would send without the recorder and the proxy forwards them unchanged;
 - forward: HTTPS_PROXY plus every CA variable the common runtimes read, so the CLI keeps
   talking to its real host and the proxy intercepts TLS for model hosts only.
 """
@@ -12,8 +15,9 @@ starts anything. Two routing modes exist (docs/routing.md):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
@@ -38,15 +42,31 @@ class Shim:
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         return "reverse" if self.base_url_var else "forward"
 
-    def upstream_base(self, environ: Mapping[str, str]) -> str | None:
-        """Where reverse-mode traffic goes: the user's own base URL if set, else the API's."""
+    def upstream_base(self, environ: Mapping[str, str], argv: Sequence[str] = ()) -> str | None:
+        """The base URL the CLI would use without the recorder, where reverse-mode traffic
+        goes: the user's own base URL if set, else the API's."""
         if self.base_url_var and environ.get(self.base_url_var):
             return environ[self.base_url_var].rstrip("/")
         return self.default_base_url
 
+    def reverse_refusal(self, environ: Mapping[str, str], argv: Sequence[str] = ()
+                        ) -> str | None:
+        """Why reverse mode cannot route this run (one line), or None when it can. A CLI
+        that would send part of its model traffic past the proxy is refused, not run."""
+        if self.upstream_base(environ, argv) is None:
+            return f"{self.name} has no base-URL variable; use --mode forward"
+        return None
+
+    def reverse_base(self, proxy_url: str, environ: Mapping[str, str],
+                     argv: Sequence[str] = ()) -> str:
+        """The base URL to hand the CLI in reverse mode: the proxy, under the path of the
+        base URL the CLI would have used (`upstream_base`)."""
+        base = self.upstream_base(environ, argv)
+        return proxy_url + (urlsplit(base).path.rstrip("/") if base else "")
+
     def reverse_env(self, proxy_url: str, environ: Mapping[str, str]) -> dict[str, str]:
         assert self.base_url_var is not None
-        return {self.base_url_var: proxy_url}
+        return {self.base_url_var: self.reverse_base(proxy_url, environ)}
 
     def reverse_argv(
         self, argv: list[str], proxy_url: str, environ: Mapping[str, str]

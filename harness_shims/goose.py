@@ -13,7 +13,7 @@ providers have no such variable here: use forward mode.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from forge_record.harness_shims.base import CaFiles, Shim
 
@@ -40,7 +40,7 @@ class Goose(Shim):
         chosen = _host_var(environ)
         return "reverse" if chosen and environ.get(chosen[0]) else "forward"
 
-    def upstream_base(self, environ: Mapping[str, str]) -> str | None:
+    def upstream_base(self, environ: Mapping[str, str], argv: Sequence[str] = ()) -> str | None:
         chosen = _host_var(environ)
         if chosen is None:
             return None
@@ -50,7 +50,7 @@ class Goose(Shim):
     def reverse_env(self, proxy_url: str, environ: Mapping[str, str]) -> dict[str, str]:
         chosen = _host_var(environ)
         assert chosen is not None  # plan_route refused reverse mode without a provider
-        return {chosen[0]: proxy_url}
+        return {chosen[0]: self.reverse_base(proxy_url, environ)}
 
     def forward_env(self, proxy_url: str, ca: CaFiles, environ: Mapping[str, str]
                     ) -> dict[str, str]:

@@ -30,7 +30,7 @@ class OpenCode(Shim):
     executables = ("opencode",)
     model_hosts = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com",
                    "opencode.ai")  # opencode.ai serves the Zen model gateway (/zen/v1)
-    default_base_url = "https://api.anthropic.com"
+    default_base_url = "https://api.anthropic.com/v1"  # AI SDK base URLs hold the version
     user_agent_pattern = re.compile(r"\bopencode/([\w.+-]+)")
     verified = "opencode 1.18.33, real binary, forward and reverse"
 
@@ -45,5 +45,5 @@ class OpenCode(Shim):
         if not isinstance(config, dict):
             config = {}
         provider = config.setdefault("provider", {}).setdefault("anthropic", {})
-        provider.setdefault("options", {})["baseURL"] = f"{proxy_url}/v1"
+        provider.setdefault("options", {})["baseURL"] = self.reverse_base(proxy_url, environ)
         return {CONFIG_VAR: json.dumps(config)}

@@ -12,13 +12,14 @@ never see it.
 Qwen OAuth ignores OPENAI_BASE_URL: inference goes to the `resource_url` of the stored
 credentials (portal.qwen.ai, or DashScope) (§2.6 (d)), so without an API key auto mode is
 forward: HTTPS_PROXY (its fetch dispatcher, inherited from Gemini CLI, honours it; §2.6 (b))
-and NODE_EXTRA_CA_CERTS (§2.6 (c)).
+and NODE_EXTRA_CA_CERTS (§2.6 (c)). `--mode reverse` without an API key (OPENAI_API_KEY or
+`--openai-api-key`) is refused: under OAuth it would record nothing.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from forge_record.harness_shims.base import Shim
 
@@ -37,3 +38,11 @@ class QwenCode(Shim):
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         api_key_mode = environ.get(self.base_url_var) and environ.get("OPENAI_API_KEY")
         return "reverse" if api_key_mode else "forward"
+
+    def reverse_refusal(self, environ: Mapping[str, str], argv: Sequence[str] = ()
+                        ) -> str | None:
+        if not environ.get("OPENAI_API_KEY") and not any(
+                a == "--openai-api-key" or a.startswith("--openai-api-key=") for a in argv):
+            return ("qwen-code: reverse mode needs OPENAI_API_KEY (Qwen OAuth ignores "
+                    "OPENAI_BASE_URL); use --mode forward")
+        return super().reverse_refusal(environ, argv)

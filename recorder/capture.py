@@ -50,6 +50,7 @@ class Capture:
         path: str,
         headers: list[tuple[str, str]],
         body: bytes,
+        upstream_url: str | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         decode_live: bool = False,
     ) -> None:
@@ -62,6 +63,7 @@ class Capture:
             kind=dialect.kind(path),
             method=method,
             url=redact_url(url),
+            upstream_url=redact_url(upstream_url) if upstream_url is not None else None,
             started_at=time.time(),
             request_headers=redact_headers(headers),
             raw_request=body[:max_body],
@@ -155,9 +157,7 @@ def finalize(exchange: Exchange, redactor: Redactor | None = None) -> Exchange:
     if exchange.request is None and exchange.raw_request and dialect is not None:
         try:
             exchange.request = dialect.parse_request(exchange.raw_request)
-            from_url = getattr(dialect, "from_url", None)  # Gemini: model, stream are in the URL
-            if from_url is not None:
-                from_url(exchange.request, exchange.url)
+            dialect.from_url(exchange.request, exchange.url)  # Gemini: model, stream
         except Exception as e:  # noqa: BLE001 - keep the raw body, flag the record
             exchange.flags.append("request_decode_error")
             log.warning("forge-record: cannot parse request to %s: %r", exchange.url, e)

@@ -166,7 +166,10 @@ class Exchange:
     dialect: str  # e.g. "anthropic.messages"
     kind: str = "model"  # "model" for a model turn, "side" for count_tokens and the like
     method: str = "POST"
-    url: str = ""  # with secret query values masked
+    url: str = ""  # as the agent addressed it; secret query values masked
+    # Where the proxy sent it (an --upstream redirect, a gateway), masked alike; None in
+    # records made before it was kept.
+    upstream_url: str | None = None
     status: str = COMPLETE
     http_status: int | None = None
     started_at: float = 0.0  # epoch seconds

@@ -224,12 +224,14 @@ def _not_yet_stored(conn: sa.Connection, adds: list[AddExchange]) -> list[AddExc
 def cleaned(ex: Exchange) -> Exchange:
     """Secrets never reach the database, even if a caller forgot to drop them."""
     url = redact_url(ex.url)
-    if url == ex.url and not (_has_secrets(ex.request_headers) or
-                              _has_secrets(ex.response_headers)):
+    upstream = redact_url(ex.upstream_url) if ex.upstream_url is not None else None
+    if url == ex.url and upstream == ex.upstream_url and not (
+            _has_secrets(ex.request_headers) or _has_secrets(ex.response_headers)):
         return ex  # the recorder's exchanges: capture dropped them already
     return dataclasses.replace(
         ex,
         url=url,
+        upstream_url=upstream,
         request_headers=_without_secrets(ex.request_headers),
         response_headers=_without_secrets(ex.response_headers),
     )

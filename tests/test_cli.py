@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -93,7 +94,9 @@ def test_reverse_keeps_the_users_gateway_as_upstream(env):
     code = "import os; print(os.environ['ANTHROPIC_BASE_URL'], 'HTTPS_PROXY' in os.environ)"
     proc = forge(env, "run", "--harness", "claude-code", "--", PY, "-c", code)
     url, has_proxy = proc.stdout.split()
-    assert url.startswith("http://127.0.0.1:") and "9/gateway" not in url
+    # the proxy, under the gateway's path (tests/test_base_paths.py)
+    assert url.startswith("http://127.0.0.1:") and urlsplit(url).port != 9
+    assert urlsplit(url).path == "/gateway"
     assert has_proxy == "False"
 
 

@@ -33,6 +33,7 @@ from forge_record.addons.recorder import Recorder
 from forge_record.addons.websocket import WebSocketRecorder
 from forge_record.capture import finalize
 from forge_record.commands.run import plan_route
+from forge_record.errors import UsageError
 from forge_record.harness_shims import detect
 from forge_record.harness_shims.codex import Codex
 from forge_record.mock import TOOL_MARKER, MockUpstream
@@ -176,6 +177,87 @@ def test_builtin_provider_over_websocket(codex_env, mode):
         "previous_response_id"]
     assert second["http_status"] == 101
     assert_no_key_stored(codex_env)
+
+
+GATEWAY_PROVIDER = """\
+model_provider = "gateway"
+[model_providers.gateway]
+name = "gateway"
+base_url = "https://gw.example/openai/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.cli
+@pytest.mark.parametrize("how", ["config.toml", "-c"])
+def test_custom_provider_in_reverse_mode_goes_through_the_proxy(codex_env, how):
+    """A custom model_provider (its own base_url, with a path) is routed with a -c override
+    of its base_url; offline, gw.example answers only through --upstream."""
+    config = Path(codex_env["CODEX_HOME"]) / "config.toml"
+    if how == "config.toml":
+        config.write_text(GATEWAY_PROVIDER)
+        chosen = []
+    else:  # the provider is defined in config.toml but only chosen on the command line
+        config.write_text(GATEWAY_PROVIDER.replace('model_provider = "gateway"\n', ""))
+        chosen = ["-c", 'model_provider="gateway"']
+    written = config.read_text()
+    with MockUpstream() as mock:
+        proc = forge(codex_env, "run", "--mode", "reverse", "--upstream",
+                     f"gw.example={mock.url}", "--", "codex", *chosen, "exec",
+                     "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                     "--color", "never", "-m", "gpt-5.4", PROMPT, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert f"{TOOL_MARKER}-output-42" in proc.stdout  # the tool really ran
+        assert [r.path for r in mock.requests] == ["/openai/v1/responses"] * 2  # path kept
+    assert config.read_text() == written  # never edited
+    session = stored_session(codex_env)
+    check_tool_round_trip(session, "https://gw.example/openai/v1/responses")
+    assert {e["upstream_url"] for e in session["exchanges"]} == {
+        f"{mock.url}/openai/v1/responses"}
+    assert {e["request_headers"]["host"] for e in session["exchanges"]} == {"gw.example"}
+    assert_no_key_stored(codex_env)
+
+
+@pytest.mark.parametrize(("config", "argv", "reason"), [
+    ("", ["codex", "--oss", "exec", "hi"], "--oss uses a built-in local provider"),
+    ('model_provider = "ollama"\n', ["codex", "exec", "hi"], "built-in local provider"),
+    ('model_provider = "mine"\n', ["codex", "exec", "hi"], "'mine' has no base_url"),
+    ("model_provider = [\n", ["codex"], "cannot read"),
+    (GATEWAY_PROVIDER, ["codex", "-c", "model_providers.gateway={base_url='http://x/v1'}"],
+     "sets the whole 'gateway' provider table"),
+])
+def test_reverse_mode_refuses_what_it_cannot_route(tmp_path, config, argv, reason):
+    (tmp_path / "config.toml").write_text(config)
+    with pytest.raises(UsageError, match=reason) as refused:
+        plan_route(Codex(), "reverse", {"CODEX_HOME": str(tmp_path)}, {}, argv)
+    assert "\n" not in str(refused.value) and str(refused.value).endswith("use --mode forward")
+
+
+def test_reverse_mode_routes_the_active_provider(tmp_path):
+    (tmp_path / "config.toml").write_text(GATEWAY_PROVIDER)
+    (tmp_path / "alt.config.toml").write_text(
+        'model_provider = "alt"\n[model_providers.alt]\nbase_url = "http://10.0.0.2:8000/v1"\n')
+    env, shim = {"CODEX_HOME": str(tmp_path)}, Codex()
+
+    def routed(argv):
+        route = plan_route(shim, "reverse", env, {}, argv)
+        return route.mitm_mode, shim.reverse_argv(argv, "http://127.0.0.1:9", env)
+
+    assert routed(["codex", "exec", "hi"]) == ("reverse:https://gw.example", [
+        "codex", "-c", 'model_providers.gateway.base_url="http://127.0.0.1:9/openai/v1"',
+        "exec", "hi"])
+    assert routed(["codex", "-p", "alt", "exec"])[0] == "reverse:http://10.0.0.2:8000"
+    # the built-in provider chosen back with -c; its base URL set by the user's -c is the
+    # upstream, and their override is dropped so that ours is the one Codex applies
+    mode, argv = routed(["codex", "exec", "-c", "model_provider=openai",
+                         "--config=openai_base_url='http://10.0.0.3/v9'", "--", "-c", "x"])
+    assert mode == "reverse:http://10.0.0.3"
+    assert argv == ["codex", "-c", 'openai_base_url="http://127.0.0.1:9/v9"', "exec",
+                    "-c", "model_provider=openai", "--", "-c", "x"]
+    # forward mode intercepts the provider's host
+    assert "gw.example" in plan_route(shim, "forward", env, {}, ["codex"]).model_hosts
 
 
 def test_zstd_request_to_chatgpt_host_is_decoded(tmp_path):

@@ -27,7 +27,6 @@ from conftest import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forge_record.decoders import DIALECTS, dialect_for
 from forge_record.decoders.anthropic_messages import DIALECT
 from forge_record.errors import DecodeError
 from forge_record.records import (
@@ -450,37 +449,6 @@ def test_parse_request_string_content_and_other_blocks():
 def test_parse_request_that_breaks_the_protocol_raises_decode_error(body):
     with pytest.raises(DecodeError):
         DIALECT.parse_request(body)
-
-
-# --- routing -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("method", "path", "kind"), [
-    ("POST", "/v1/messages", "model"),
-    ("POST", "/v1/messages?beta=true", "model"),
-    ("POST", "/v1/messages/count_tokens", "side"),
-    ("POST", "/v1/messages/count_tokens?beta=true", "side"),
-    ("POST", "/anthropic/v1/messages", "model"),
-])
-def test_dialect_for_matching_paths(method, path, kind):
-    assert dialect_for(method, path) is DIALECT
-    assert DIALECT.kind(path) == kind
-
-
-@pytest.mark.parametrize(("method", "path"), [
-    ("GET", "/v1/messages"),
-    ("POST", "/v1/messages/batches"),
-    ("POST", "/v1/models"),
-    ("POST", "/v1/complete"),
-    ("POST", "/v1/messagesx"),
-])
-def test_dialect_for_other_paths(method, path):
-    assert dialect_for(method, path) is None
-
-
-def test_registry_names_are_unique():
-    assert len({d.name for d in DIALECTS}) == len(DIALECTS)
-    assert DIALECT.name == "anthropic.messages"
 
 
 # --- properties --------------------------------------------------------------------------

@@ -35,7 +35,6 @@ from google.genai import types as genai_types
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.capture import finalize
-from forge_record.decoders import dialect_for, dialect_named
 from forge_record.decoders.gemini import CODE_ASSIST, GENERATE
 from forge_record.errors import DecodeError
 from forge_record.mock import TOOL_MARKER, MockUpstream
@@ -290,33 +289,6 @@ def test_single_json_body_and_error_body():
     assert response.error["status"] == "INVALID_ARGUMENT"
     with pytest.raises(DecodeError):
         decode([b"<html>bad gateway</html>"], content_type="application/json")
-
-
-# --- routes ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("path", "name", "kind"), [
-    ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini.generate", "model"),
-    ("/v1beta/models/gemini-2.5-flash:generateContent", "gemini.generate", "model"),
-    ("/v1beta/models/gemini-2.5-flash:countTokens", "gemini.generate", "side"),
-    ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro"
-     ":streamGenerateContent?alt=sse", "gemini.generate", "model"),
-    ("/gw/v1beta/models/gemini-2.5-flash%3AstreamGenerateContent", "gemini.generate", "model"),
-    ("/v1internal:streamGenerateContent?alt=sse", "gemini.code_assist", "model"),
-    ("/v1internal:countTokens", "gemini.code_assist", "side"),
-])
-def test_routes(path, name, kind):
-    dialect = dialect_for("POST", path)
-    assert dialect.name == name and dialect.kind(path) == kind
-    assert dialect_named(name) is dialect
-
-
-@pytest.mark.parametrize("path", ["/v1internal:loadCodeAssist", "/v1internal:onboardUser",
-                                  "/v1beta/models", "/v1beta/models/gemini-2.5-flash",
-                                  "/v1beta/models/x:embedContent", "/log?format=json"])
-def test_other_paths_are_not_model_calls(path):
-    assert dialect_for("POST", path) is None
-    assert dialect_for("GET", "/v1beta/models/gemini-2.5-flash:generateContent") is None
 
 
 # --- requests --------------------------------------------------------------------------------

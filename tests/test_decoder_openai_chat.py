@@ -25,7 +25,6 @@ from conftest import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forge_record.decoders import dialect_for
 from forge_record.decoders.openai_chat import DIALECT
 from forge_record.errors import DecodeError
 from forge_record.records import Media, Message, Other, Reasoning, Text, Tool, ToolCall, ToolResult
@@ -394,14 +393,3 @@ def test_bad_request_raises_decode_error(body):
         DIALECT.parse_request(body)
 
 
-@pytest.mark.parametrize("path, owned", [
-    ("/v1/chat/completions", True),
-    ("/openai/deployments/gpt/chat/completions?api-version=2024-10-21", True),
-    ("/api/v1/chat/completions/", True),
-    ("/v1/completions", False),
-    ("/v1/chat/completions/chatcmpl-123", False),
-])
-def test_dialect_owns_chat_completions_paths(path, owned):
-    dialect = dialect_for("POST", path)
-    assert (dialect is not None and dialect.name == "openai.chat") == owned
-    assert dialect_for("GET", "/v1/chat/completions") is None

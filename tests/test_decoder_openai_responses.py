@@ -26,7 +26,6 @@ from conftest import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forge_record.decoders import dialect_for
 from forge_record.decoders.openai_responses import (
     DIALECT,
     ResponsesFold,
@@ -425,20 +424,3 @@ def test_bad_request_raises_decode_error(body):
         DIALECT.parse_request(body)
 
 
-@pytest.mark.parametrize("method, path, kind", [
-    ("POST", "/v1/responses", "model"),
-    ("POST", "/backend-api/codex/responses", "model"),
-    ("POST", "/v1/responses?stream=true", "model"),
-    ("POST", "/backend-api/codex/responses/compact", "side"),
-    ("GET", "/v1/responses", None),  # a WebSocket upgrade: not this dialect's
-    ("GET", "/v1/responses/resp_123", None),
-    ("POST", "/v1/responses/resp_123/cancel", None),
-    ("POST", "/v1/responses/input_tokens", None),
-    ("DELETE", "/v1/responses/resp_123", None),
-])
-def test_dialect_owns_responses_paths(method, path, kind):
-    dialect = dialect_for(method, path)
-    if kind is None:
-        assert dialect is None
-    else:
-        assert dialect.name == "openai.responses" and dialect.kind(path) == kind

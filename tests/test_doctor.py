@@ -54,6 +54,18 @@ def test_reverse_mode_needs_no_ca(tmp_path):
     assert "-    not needed" in proc.stdout
 
 
+def test_reverse_mode_shows_codexs_override(tmp_path):
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        'model_provider = "gw"\n[model_providers.gw]\nbase_url = "https://gw.example/oa/v1"\n')
+    proc = doctor(tmp_path, "--no-self-test", "--harness", "codex", "--mode", "reverse", "--",
+                  "codex", "exec", "hi", CODEX_HOME=str(codex_home))
+    assert "mode: reverse" in proc.stdout, proc.stderr
+    assert ("  codex -c 'model_providers.gw.base_url=\"http://127.0.0.1:<port>/oa/v1\"' exec hi"
+            in proc.stdout)
+
+
 def test_missing_command_is_a_problem(tmp_path):
     proc = doctor(tmp_path, "--no-self-test", "--", "no-such-agent-xyz")
     assert proc.returncode == 1

@@ -111,8 +111,8 @@ def test_auto_mode(name, environ, mode):
 
 @pytest.mark.parametrize(("name", "environ", "expected"), [
     ("gemini-cli", {}, {"GOOGLE_GEMINI_BASE_URL": PROXY}),
-    ("qwen-code", {}, {"OPENAI_BASE_URL": PROXY}),
-    ("aider", {}, {"OPENAI_API_BASE": PROXY}),
+    ("qwen-code", {}, {"OPENAI_BASE_URL": PROXY + "/compatible-mode/v1"}),
+    ("aider", {}, {"OPENAI_API_BASE": PROXY + "/v1"}),
     ("goose", {"GOOSE_PROVIDER": "anthropic"}, {"ANTHROPIC_HOST": PROXY}),
     ("goose", {"GOOSE_PROVIDER": "OpenAI"}, {"OPENAI_HOST": PROXY}),
 ])
@@ -131,9 +131,9 @@ def test_opencode_reverse_merges_the_users_inline_config():
 @pytest.mark.parametrize(("name", "environ", "mitm", "upstreams"), [
     ("gemini-cli", {}, "reverse:https://generativelanguage.googleapis.com", {}),
     ("opencode", {}, "reverse:https://api.anthropic.com", {}),
-    ("qwen-code", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}, "reverse:http://127.0.0.1:8000",
-     {"127.0.0.1": "http://127.0.0.1:8000/v1"}),  # a local vLLM stays the upstream
-    ("aider", {}, "reverse:https://api.openai.com", {"api.openai.com": "https://api.openai.com/v1"}),
+    ("qwen-code", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "OPENAI_API_KEY": "k"},
+     "reverse:http://127.0.0.1:8000", {}),  # a local vLLM stays the upstream
+    ("aider", {}, "reverse:https://api.openai.com", {}),
     ("goose", {"GOOSE_PROVIDER": "ollama", "OLLAMA_HOST": "127.0.0.1:11434"},
      "reverse:http://127.0.0.1:11434", {}),
 ])

@@ -202,6 +202,7 @@ def make_exchange(seq: int = 0, **overrides) -> Exchange:
         seq=seq,
         dialect="anthropic.messages",
         url="https://api.anthropic.com/v1/messages?beta=true",
+        upstream_url="http://127.0.0.1:8000/gw/v1/messages?beta=true",
         status=ERROR,
         http_status=200,
         started_at=1_760_000_001.125,

@@ -265,6 +265,15 @@ def test_other_hosts_and_paths_are_not_recorded(recording):
     assert arrived == []
 
 
+@pytest.mark.parametrize("path", ["/v1/responses/", "/v1/responses?client=codex",
+                                  "/backend-api/codex/responses"])
+def test_upgrades_route_by_the_dialects_rules(recording, path):
+    addon, arrived = recording  # the rules themselves: tests/test_routing.py
+    Socket(addon, path=path).call(create(USER), events_for("resp_1", [ANSWER]))
+    [exchange] = arrived
+    assert exchange.dialect == "openai.responses" and exchange.status == COMPLETE
+
+
 def test_proxy_stop_records_what_is_open(recording):
     addon, arrived = recording
     Socket(addon).call(create(USER), events_for("resp_1", [ANSWER])[:3])

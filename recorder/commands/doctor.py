@@ -14,6 +14,7 @@ that the call was recorded. Exit status: 0 when every check passed, 1 otherwise.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -85,7 +86,7 @@ def doctor(harness, mode, no_self_test, command) -> None:
     shim = pick_shim(harness, argv)
     _describe_command(argv, environ, shim, report)
     try:
-        route = plan_route(shim, mode, environ, {})
+        route = plan_route(shim, mode, environ, {}, argv)
     except UsageError as e:
         raise ForgeRecordError(str(e)) from e
     click.echo(f"mode: {route.mode}" + (" (auto)" if mode == "auto" else ""))
@@ -96,6 +97,10 @@ def doctor(harness, mode, no_self_test, command) -> None:
     click.echo("environment it sets:")
     for name in sorted(env):
         click.echo(f"  {name}={env[name]}")
+    if route.mode == "reverse" and argv:
+        changed = shim.reverse_argv(argv, PLACEHOLDER, environ)  # Codex: a -c override
+        if changed != argv:
+            click.echo("command line it runs:\n  " + shlex.join(changed))
     _trust(route.mode, env, ca, environ, report)
     if not no_self_test:
         _self_test(shim, conf, ca, report)

@@ -61,7 +61,7 @@ def run(store, mode, harness, upstream, tag, settings, no_redact_bodies, verbose
     argv = list(command)
     launch.resolve(argv, os.environ)  # a missing command fails before anything starts
     shim = pick_shim(harness, argv)
-    route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream))
+    route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
     redactor = None if no_redact_bodies else config.redactor(home())
     exit_code = record(
         argv, shim, route, store_url(store),
@@ -78,20 +78,26 @@ class Route:
     model_hosts: set[str] = field(default_factory=set)
 
 
-def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[str, str]) -> Route:
+def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[str, str],
+               argv: list[str] | None = None) -> Route:
+    """How `argv` (the agent's command line) is routed; a reverse mode that cannot route all
+    of its model traffic is a UsageError naming why."""
+    argv = argv or []
     mode = shim.auto_mode(environ) if mode == "auto" else mode
     if mode == "reverse":
-        base = shim.upstream_base(environ)
-        if base is None:
-            raise UsageError(f"{shim.name} has no base-URL variable; use --mode forward")
+        refusal = shim.reverse_refusal(environ, argv)
+        if refusal is not None:
+            raise UsageError(refusal)
+        base = shim.upstream_base(environ, argv)
+        assert base is not None  # reverse_refusal says why there is none
+        # The CLI is handed the proxy under the base URL's path (Shim.reverse_base), so the
+        # proxy only swaps the origin back; an --upstream for that host applies after.
         parts = urlsplit(base)
-        upstreams = dict(upstreams)
-        if parts.path.strip("/") and parts.hostname not in upstreams:
-            upstreams[parts.hostname] = base  # keep the gateway's path prefix
-        return Route("reverse", f"reverse:{parts.scheme}://{parts.netloc}", upstreams)
+        return Route("reverse", f"reverse:{parts.scheme}://{parts.netloc}", dict(upstreams))
     hosts = set(shim.model_hosts) | set(upstreams)
-    if shim.base_url_var and environ.get(shim.base_url_var):
-        hosts.add(urlsplit(environ[shim.base_url_var]).hostname or "")
+    base = shim.upstream_base(environ, argv)  # the user's gateway, a Codex custom provider
+    if base is not None:
+        hosts.add(urlsplit(base).hostname or "")
     return Route("forward", "regular", upstreams, hosts)
 
 
@@ -150,7 +156,7 @@ def record(
         env = dict(os.environ)
         if route.mode == "reverse":
             env.update(shim.reverse_env(proxy_url, env))
-            argv = shim.reverse_argv(argv, proxy_url, env)
+            argv = shim.reverse_argv(argv, proxy_url, os.environ)
         else:
             env.update(shim.forward_env(proxy_url, trust.ca_files(conf), env))
         exit_code = launch.run_child(argv, env)

@@ -30,6 +30,7 @@ import orjson
 
 from forge_record.decoders.base import (
     SHAPE_ERRORS,
+    Dialect,
     JsonBodyDecoder,
     decode_object,
     is_event_stream,
@@ -50,7 +51,6 @@ from forge_record.records import (
 )
 from forge_record.sse import ServerSentEvent, SSEDecoder
 
-_ROUTES = {"/v1/messages": "model", "/v1/messages/count_tokens": "side"}
 _TOOL_CALLS = {"tool_use": False, "server_tool_use": True, "mcp_tool_use": True}  # -> server
 _REQUEST_OWN_FIELDS = {"model", "system", "tools", "messages", "stream"}
 _MESSAGE_OWN_FIELDS = {"id", "type", "role", "model", "content", "stop_reason", "usage"}
@@ -349,20 +349,9 @@ _HANDLERS = {
 # --- the dialect -------------------------------------------------------------------------
 
 
-class AnthropicMessages:
+class AnthropicMessages(Dialect):
     name = "anthropic.messages"
-
-    @staticmethod
-    def _route(path: str) -> str | None:
-        # Gateways mount the API under a prefix (https://gw.example/anthropic/v1/messages).
-        route = path.partition("?")[0]
-        return next((r for r in _ROUTES if route.endswith(r)), None)
-
-    def matches(self, method: str, path: str) -> bool:
-        return method.upper() == "POST" and self._route(path) is not None
-
-    def kind(self, path: str) -> str:
-        return _ROUTES.get(self._route(path) or "", "model")
+    routes = {"/v1/messages": "model", "/v1/messages/count_tokens": "side"}
 
     def parse_request(self, body: bytes) -> Request:
         return decode_object(body, "request body", _parse_request)

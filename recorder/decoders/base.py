@@ -1,10 +1,11 @@
 """What every dialect decoder offers the addon, and the pieces the dialects share to offer it.
 
-A dialect knows one model API: which requests belong to it, how to read a request body into
-a `Request`, and how to fold a response body into a `Response`. Response decoders are pure,
-incremental folds: `feed(chunk)` takes content-decoded body bytes split anywhere (inside an
-SSE line, inside a UTF-8 character), `finish()` ends the fold and returns what was seen, even
-when the stream stopped early. They do no I/O. They may raise `DecodeError` on input that
+A dialect knows one model API: which requests belong to it (its `routes`, matched by the one
+rule `Dialect` states for every dialect, over HTTP and WebSocket alike), how to read a request
+body into a `Request`, and how to fold a response body into a `Response`. Response decoders
+are pure, incremental folds: `feed(chunk)` takes content-decoded body bytes split anywhere
+(inside an SSE line, inside a UTF-8 character), `finish()` ends the fold and returns what was
+seen, even when the stream stopped early. They do no I/O. They may raise `DecodeError` on input that
 breaks the protocol; the addon catches every exception, keeps the raw bytes and flags the
 exchange, so a decoder bug can never reach the agent's stream.
 
@@ -15,8 +16,10 @@ and `is_event_stream` (which content types are SSE).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 import orjson
 
@@ -40,22 +43,81 @@ class ResponseDecoder(Protocol):
         ...
 
 
-class Dialect(Protocol):
-    name: str  # e.g. "anthropic.messages"
+class Dialect:
+    """One model API. Subclasses set `name` and `routes`, and implement `parse_request` and
+    `response_decoder`; the routing below is the same for every dialect, HTTP and WebSocket.
 
-    def matches(self, method: str, path: str) -> bool:
+    Routing rules, decided here once: a request is a dialect's when its method is POST (a
+    WebSocket upgrade: GET) and the end of its route path matches one of the dialect's
+    `routes` (`websocket_routes` for an upgrade). The route path is the request path without
+    the query, percent-decoded, with trailing slashes dropped; a pattern starts at
+    a `/`, so it matches whole segments and anything before it is a gateway's prefix
+    (`https://gw.example/anthropic/v1/messages`).
+    """
+
+    name: str = ""  # e.g. "anthropic.messages"
+    # Regular expressions matched at the end of the route path -> the kind of call: "model"
+    # for a model turn, "side" for calls that are not one (count_tokens).
+    routes: Mapping[str, str] = {}
+    websocket_routes: Mapping[str, str] = {}  # the same for GET upgrades to a WebSocket
+    # How a JSON body on a host we do not know shows that it speaks this dialect.
+    body_keys: tuple[bytes, ...] = (b'"model"',)
+    _http: list[tuple[re.Pattern[str], str]] = []  # `routes` compiled, by __init_subclass__
+    _websocket: list[tuple[re.Pattern[str], str]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._http = _compile(cls.routes)
+        cls._websocket = _compile(cls.websocket_routes)
+
+    def route(self, method: str, path: str, *, websocket: bool = False) -> re.Match[str] | None:
+        """How a request's path matched this dialect's routes, or None if it is not ours."""
+        route = routable(method, path, websocket)
+        return self.match_route(route, websocket) if route is not None else None
+
+    def match_route(self, route: str, websocket: bool = False) -> re.Match[str] | None:
+        """`route` (from `routable`) matched against this dialect's routes, or None."""
+        table = self._websocket if websocket else self._http
+        return next((m for pattern, _ in table if (m := pattern.search(route))), None)
+
+    def matches(self, method: str, path: str, *, websocket: bool = False) -> bool:
         """Whether a request with this method and path (query included) is this dialect's."""
-        ...
+        return self.route(method, path, websocket=websocket) is not None
 
     def kind(self, path: str) -> str:
         """"model" for a model turn, "side" for calls that are not one (count_tokens)."""
-        ...
+        route = route_path(path)
+        found = (kind for pattern, kind in (*self._http, *self._websocket) if pattern.search(route))
+        return next(found, "model")
 
-    def parse_request(self, body: bytes) -> Request: ...
+    def from_url(self, request: Request, url: str) -> None:
+        """Fill in what the URL says about the request (Gemini: the model, whether it
+        streams). Most dialects carry all of it in the body: nothing to do."""
+
+    def parse_request(self, body: bytes) -> Request:
+        raise NotImplementedError
 
     def response_decoder(self, content_type: str) -> ResponseDecoder:
         """A decoder for a response body of this content type (SSE or JSON)."""
-        ...
+        raise NotImplementedError
+
+
+def routable(method: str, path: str, websocket: bool = False) -> str | None:
+    """The route path of a request whose method can be a model call, else None (the rules
+    are `Dialect`'s)."""
+    return route_path(path) if method.upper() == ("GET" if websocket else "POST") else None
+
+
+def route_path(path: str) -> str:
+    """The part of a request path that routing reads (see `Dialect`)."""
+    return unquote(path.partition("?")[0]).rstrip("/")
+
+
+def _compile(routes: Mapping[str, str]) -> list[tuple[re.Pattern[str], str]]:
+    # Longest pattern first, so a route that extends another (…/responses/compact after
+    # …/responses) is tried before it whatever order the table lists them in.
+    ordered = sorted(routes.items(), key=lambda item: len(item[0]), reverse=True)
+    return [(re.compile(f"(?:{pattern})$"), kind) for pattern, kind in ordered]
 
 
 def is_event_stream(content_type: str) -> bool:

@@ -20,30 +20,23 @@ as `gemini_stream` says.
 
 from __future__ import annotations
 
-import re
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from forge_record.decoders.base import decode_object, is_event_stream
+from forge_record.decoders.base import Dialect, decode_object, is_event_stream
 from forge_record.decoders.gemini_parts import PartFold, camel, camel_key
 from forge_record.decoders.gemini_stream import BodyDecoder, SSEDecoder
 from forge_record.records import Block, Message, Request, Text, Tool
 
-_METHODS = {"generateContent": "model", "streamGenerateContent": "model", "countTokens": "side"}
-_MODEL_PARENTS = ("models", "tunedModels")
-_VERSION = re.compile(r"v\d+\w*")  # v1internal, or what CODE_ASSIST_API_VERSION names
+# Route patterns (see decoders.base.Dialect): `…/{models|tunedModels}/{model}:{method}` for
+# the Gemini API, `…/{version}:{method}` for Code Assist (v1internal, or what
+# CODE_ASSIST_API_VERSION names), never under a models segment.
+_MODEL = r"/(?:models|tunedModels)/(?P<model>[^/:]+):"
+_CODE_ASSIST = r"(?<!/models)(?<!/tunedModels)/v\d+\w*:"
+_TURN = r"(?P<method>generateContent|streamGenerateContent)"
+_COUNT = r"(?P<method>countTokens)"
 _ROLES = {"model": "assistant", "function": "tool"}
 _REQUEST_OWN = {"contents", "systemInstruction", "tools"}
-
-
-def _route(path: str) -> tuple[str, str, str] | None:
-    """(parent segment, name, method) of `…/{parent}/{name}:{method}`, for known methods."""
-    route = unquote(path.partition("?")[0])
-    parent, _, last = route.rpartition("/")
-    name, colon, method = last.partition(":")
-    if not colon or method not in _METHODS:
-        return None
-    return parent.rpartition("/")[2], name, method
 
 
 # --- requests ----------------------------------------------------------------------------
@@ -90,21 +83,9 @@ def _request(raw: dict[str, Any]) -> Request:
 # --- the dialects ------------------------------------------------------------------------
 
 
-class _Gemini:
-    name = ""
+class _Gemini(Dialect):
     wrapped = False
-    body_keys = (b'"contents"', b'"request"')  # what a request body names (to sniff it)
-
-    def _owns(self, route: tuple[str, str, str]) -> bool:
-        raise NotImplementedError
-
-    def matches(self, method: str, path: str) -> bool:
-        route = _route(path)
-        return method.upper() == "POST" and route is not None and self._owns(route)
-
-    def kind(self, path: str) -> str:
-        route = _route(path)
-        return _METHODS[route[2]] if route else "model"
+    body_keys = (b'"contents"', b'"request"')
 
     def parse_request(self, body: bytes) -> Request:
         return decode_object(body, "request body", self._parse)
@@ -114,9 +95,9 @@ class _Gemini:
 
     def from_url(self, request: Request, url: str) -> None:
         """What the URL says about the request: whether it streams (and the model)."""
-        route = _route(urlsplit(url).path)
+        route = self.route("POST", urlsplit(url).path)
         if route is not None:
-            request.stream = route[2] == "streamGenerateContent"
+            request.stream = route["method"] == "streamGenerateContent"
 
     def response_decoder(self, content_type: str) -> SSEDecoder | BodyDecoder:
         if is_event_stream(content_type):
@@ -126,23 +107,19 @@ class _Gemini:
 
 class GeminiGenerate(_Gemini):
     name = "gemini.generate"
-
-    def _owns(self, route: tuple[str, str, str]) -> bool:
-        return route[0] in _MODEL_PARENTS
+    routes = {_MODEL + _TURN: "model", _MODEL + _COUNT: "side"}
 
     def from_url(self, request: Request, url: str) -> None:
         super().from_url(request, url)
-        route = _route(urlsplit(url).path)
+        route = self.route("POST", urlsplit(url).path)
         if route is not None and request.model is None:
-            request.model = route[1]
+            request.model = route["model"]
 
 
 class CodeAssist(_Gemini):
     name = "gemini.code_assist"
     wrapped = True
-
-    def _owns(self, route: tuple[str, str, str]) -> bool:
-        return route[0] not in _MODEL_PARENTS and _VERSION.fullmatch(route[1]) is not None
+    routes = {_CODE_ASSIST + _TURN: "model", _CODE_ASSIST + _COUNT: "side"}
 
     def _parse(self, data: dict[str, Any]) -> Request:
         inner = data.get("request")

@@ -36,6 +36,7 @@ import orjson
 
 from forge_record.decoders.base import (
     SHAPE_ERRORS,
+    Dialect,
     JsonBodyDecoder,
     decode_object,
     is_event_stream,
@@ -298,16 +299,10 @@ class _StreamDecoder:
             self._keep("undecoded_events", {"event": name, "data": data})
 
 
-class OpenAIChat:
+class OpenAIChat(Dialect):
     name = "openai.chat"
-    body_keys = (b'"messages"',)  # how a body on an unknown host shows it is ours
-
-    def matches(self, method: str, path: str) -> bool:
-        route = path.partition("?")[0].rstrip("/")
-        return method.upper() == "POST" and route.endswith("/chat/completions")
-
-    def kind(self, path: str) -> str:
-        return "model"
+    routes = {"/chat/completions": "model"}
+    body_keys = (b'"messages"',)
 
     def parse_request(self, body: bytes) -> Request:
         return decode_object(body, "request body", parse_chat_request)

@@ -20,7 +20,12 @@ from typing import Any
 
 import orjson
 
-from forge_record.decoders.base import JsonBodyDecoder, decode_object, is_event_stream
+from forge_record.decoders.base import (
+    Dialect,
+    JsonBodyDecoder,
+    decode_object,
+    is_event_stream,
+)
 from forge_record.decoders.openai_items import parse_responses_request
 from forge_record.decoders.openai_responses_fold import ResponsesFold, response_record
 from forge_record.records import Request, Response
@@ -28,7 +33,6 @@ from forge_record.sse import SSEDecoder
 
 __all__ = ["DIALECT", "ResponsesFold", "parse_responses_request", "response_record"]
 
-_ROUTES = {"/responses": "model", "/responses/compact": "side"}
 
 
 def _body_response(data: dict[str, Any]) -> Response:
@@ -73,22 +77,12 @@ class _StreamDecoder:
         self._fold.apply(event)
 
 
-class OpenAIResponses:
+class OpenAIResponses(Dialect):
     name = "openai.responses"
-    body_keys = (b'"input"',)  # how a body on an unknown host shows it is ours
-
-    @staticmethod
-    def _route(path: str) -> str | None:
-        route = path.partition("?")[0].rstrip("/")
-        # longest first: …/responses/compact must not be read as …/responses
-        return next((r for r in sorted(_ROUTES, key=len, reverse=True) if route.endswith(r)),
-                    None)
-
-    def matches(self, method: str, path: str) -> bool:
-        return method.upper() == "POST" and self._route(path) is not None
-
-    def kind(self, path: str) -> str:
-        return _ROUTES.get(self._route(path) or "", "model")
+    routes = {"/responses": "model", "/responses/compact": "side"}
+    # Codex's built-in provider opens `GET …/responses` as a WebSocket (addons/websocket.py).
+    websocket_routes = {"/responses": "model"}
+    body_keys = (b'"input"',)
 
     def parse_request(self, body: bytes) -> Request:
         return decode_object(body, "request body", parse_responses_request)
