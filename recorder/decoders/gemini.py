@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from forge_record.decoders.base import decode_object, is_event_stream
 from forge_record.decoders.gemini_parts import PartFold, camel, camel_key
-from forge_record.decoders.gemini_stream import BodyDecoder, SSEDecoder
+from forge_record.decoders.gemini_stream import BodyDecoder, StreamDecoder
 from forge_record.records import Block, Message, Request, Text, Tool
 
 _METHODS = {"generateContent": "model", "streamGenerateContent": "model", "countTokens": "side"}
@@ -118,9 +118,9 @@ class _Gemini:
         if route is not None:
             request.stream = route[2] == "streamGenerateContent"
 
-    def response_decoder(self, content_type: str) -> SSEDecoder | BodyDecoder:
+    def response_decoder(self, content_type: str) -> StreamDecoder | BodyDecoder:
         if is_event_stream(content_type):
-            return SSEDecoder(self.wrapped)
+            return StreamDecoder(self.wrapped)
         return BodyDecoder(self.wrapped)
 
 
