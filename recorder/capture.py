@@ -71,7 +71,7 @@ class Capture:
         if len(body) > max_body:
             _flag(self.exchange, "request_truncated")
         self._decoder: ResponseDecoder | None = None
-        self._unencode: content_encoding.ChunkDecoder | None = None
+        self._unencode: content_encoding.ContentDecoder | None = None
         self._chunks: list[bytes] = []
         self._kept = 0
         self.finished = False
@@ -96,7 +96,7 @@ class Capture:
         """mitmproxy's stream callable: hand the chunk on unchanged, keep a decoded copy."""
         if chunk and self._unencode is not None:
             try:
-                plain = self._unencode(chunk)
+                plain = self._unencode.decode(chunk)
             except content_encoding.TooLarge:
                 self._stop_keeping("response_truncated")
                 return chunk

@@ -1,13 +1,21 @@
-"""Content identity: one canonical hash for plain JSON values.
+"""Content identity: canonical bytes for plain JSON values, and the hashes named after them.
 
-Contract: `content_hash(value)` is `"fr1:"` + the sha256 hex digest of the value's canonical
-JSON: object keys sorted, no whitespace, UTF-8. Only plain values hash (dict with str keys,
-list, tuple, str, int, float, bool, None); give it a record's `to_dict()` form, never a
-dataclass, because dataclass fields serialize in definition order whatever the sort flag
-says. The prefix names the canonical form, so a future change to it (a new version prefix)
-can never be mistaken for the old one. `chain_hash` folds a sequence of hashes so that a
-node's hash includes everything before it: two message lists share a chain hash at position
-k exactly when their first k messages are equal.
+This module is the one home of both (the store's blob names included): whatever names
+content hashes the same bytes the same way.
+
+`canonical_json(value)`: object keys sorted, no whitespace, UTF-8. Only plain values have
+canonical bytes (dict with str keys, list, tuple, str, int, float, bool, None); give it a
+record's `to_dict()` form, never a dataclass, because orjson serializes dataclass fields in
+definition order whatever the sort flag says: a dataclass raises TypeError.
+
+Two names of canonical bytes, each with a prefix naming its scheme, so a future change to one
+(a new prefix) can never be mistaken for the old one:
+- `content_hash(value)` is `"fr1:"` + the sha256 hex digest of the value's canonical JSON:
+  what lineage fingerprints show and compare (docs/records.md). `chain_hash` folds a sequence
+  of hashes so that a node's hash includes everything before it: two message lists share a
+  chain hash at position k exactly when their first k messages are equal.
+- `blob_name(data)` is `"c1:"` + the first 128 bits of the sha256 of canonical bytes, in hex:
+  the store's content-addressed blob names (docs/STORAGE.md). Stored names never change.
 
 `local_hash` is the fast one, for identity within one running analysis only: it hashes
 orjson's own serialization, records' dataclasses included (in field order, without their
@@ -22,7 +30,8 @@ from typing import Any
 
 import orjson
 
-HASH_PREFIX = "fr1:"
+HASH_PREFIX = "fr1:"  # content_hash and chain_hash
+BLOB_PREFIX = "c1:"  # blob_name: the store's blob names
 
 
 def canonical_json(value: Any) -> bytes:
@@ -33,6 +42,11 @@ def canonical_json(value: Any) -> bytes:
 
 def content_hash(value: Any) -> str:
     return HASH_PREFIX + hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def blob_name(data: bytes) -> str:
+    """The store's name for canonical bytes (`canonical_json`'s)."""
+    return BLOB_PREFIX + hashlib.sha256(data).hexdigest()[:32]
 
 
 def local_hash(value: Any) -> str:

@@ -12,8 +12,11 @@ def home() -> Path:
     return Path(os.environ.get("FORGE_RECORD_HOME") or platformdirs.user_data_dir("forge-record"))
 
 
-def default_store_url() -> str:
-    return f"sqlite:///{home() / 'traces.db'}"
+def default_store_url(folder: str | Path | None = None) -> str:
+    """The store used when no --store is given: traces.db in `folder` (~ expanded), else in
+    the forge-record home."""
+    base = home() if folder is None else Path(folder).expanduser()
+    return f"sqlite:///{base / 'traces.db'}"
 
 
 def store_url(option: str | None) -> str:

@@ -1,11 +1,14 @@
-"""How far two byte strings start alike and end alike, at memcmp speed.
+"""How far two requests start alike and end alike: as bytes, at memcmp speed, and as lists.
 
 The store's raw-body deltas (store.delta) and the redaction prefilter's rescans
 (forge_record.redact.bodies) both look only at what changed between an agent's request and the
-one before it, which is the same bytes but for a few messages.
+one before it, which is the same bytes but for a few messages. `shared_prefix` is the same
+question asked of two message lists (lineage's signals, the store's message derivations).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 _CHUNK = 1 << 16
 
@@ -38,3 +41,16 @@ def common_suffix(a: bytes, b: bytes, limit: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def shared_prefix(a: Sequence, b: Sequence) -> int:
+    """How many leading items `a` and `b` have in common (compared with ==)."""
+    n = min(len(a), len(b))
+    if n == 0 or a[0] != b[0]:
+        return 0
+    # The usual case, a request extending the one before, is one compare in C (which takes
+    # identical objects as equal without comparing their fields); its last item first, as
+    # that is where two lists that differ usually do.
+    if a[n - 1] == b[n - 1] and a[:n] == b[:n]:
+        return n
+    return next((i for i in range(n) if a[i] != b[i]), n)

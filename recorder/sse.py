@@ -13,6 +13,11 @@ joined with `\\n`; `event` names the next event (None when absent or empty); `id
 "reconnection time"); a `retry` that is not all ASCII digits is ignored; unknown fields are
 ignored; a block with no `data` line dispatches nothing. At EOF the spec drops an event that
 no blank line ended, but a recorder keeps what arrived, so `flush()` dispatches it.
+
+The framing is its own layer, `LineFramer`: bytes in, blocks of whole lines out (and
+`lines_of` turns a block into its lines). `SSEDecoder` parses what it frames; a dialect whose
+stream holds more than SSE (Gemini's raw JSON error lines) frames with it too and hands the
+SSE lines to `SSEDecoder.lines`, so every dialect splits lines the same way.
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ from typing import NamedTuple
 
 _CR = 0x0D
 # The events almost every model API sends: an event line and a data line (Anthropic, OpenAI
-# Responses) or a data line alone (Chat Completions), "\n" line endings. A block made of
-# nothing but one of these forms is read in one regex pass (`_tiled`); each pattern starts
-# with a literal, which `re` searches for fast.
-_NAMED_EVENT = re.compile(r"event: ([^\n]*)\ndata: ([^\n]*)\n\n")  # [^\n] runs faster than
-_DATA_EVENT = re.compile(r"data: ([^\n]*)\n\n")  # [^\r\n]: _tiled checks for \r apart
+# Responses) or a data line alone (Chat Completions, Gemini). A block made of nothing but one
+# of these forms is read in one regex pass (`_tiled`); each pattern starts with a literal,
+# which `re` searches for fast. Blocks reach it with every line ending made "\n" (`_text`).
+_NAMED_EVENT = re.compile(r"event: ([^\n]*)\ndata: ([^\n]*)\n\n")
+_DATA_EVENT = re.compile(r"data: ([^\n]*)\n\n")
 
 
 class ServerSentEvent(NamedTuple):  # a tuple: made several times faster than a dataclass
@@ -36,60 +41,103 @@ class ServerSentEvent(NamedTuple):  # a tuple: made several times faster than a 
     retry: int | None = None
 
 
-class SSEDecoder:
+class LineFramer:
+    """Body bytes split anywhere in, blocks of whole lines out: each block ends with a line
+    ending (`\\n`, `\\r` or `\\r\\n`), a `\\r\\n` cut between two chunks counts once."""
+
     def __init__(self) -> None:
         self._partial = bytearray()  # the start of a line whose end has not arrived yet
-        self._after_cr = False  # the last line ended in \r: a leading \n next is its pair
-        self._first_line = True
-        self._event: str | None = None
-        self._data: list[str] = []
-        self._id: str | None = None
-        self._retry: int | None = None
+        self._after_cr = False  # the last chunk ended in \r: a leading \n next is its pair
 
-    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+    def feed(self, chunk: bytes) -> bytes:
+        """The lines `chunk` completes (b"" when it completes none)."""
         if not chunk:
-            return []
-        if self._after_cr:
+            return b""
+        if self._after_cr:  # cleared by every chunk: only the very next byte can pair
             self._after_cr = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
         if end < 0:
             self._partial += chunk  # amortized O(1): a long line may come a byte at a time
-            return []
+            return b""
         if self._partial:
             self._partial += chunk[: end + 1]
             block = bytes(self._partial)
         else:  # the common case: the chunk starts a line, so nothing is copied twice
             block = chunk if end + 1 == len(chunk) else chunk[: end + 1]
         self._partial = bytearray(chunk[end + 1 :])
-        self._after_cr = chunk[end] == _CR
-        return self._take(block)
+        # Only a \r that is the chunk's last byte can pair with the next chunk's first \n; one
+        # with the start of a line after it has been paired with nothing already.
+        self._after_cr = not self._partial and chunk[end] == _CR
+        return block
 
-    def flush(self) -> list[ServerSentEvent]:
-        """End of stream: the unterminated last line counts, and so does an unended event."""
+    def flush(self) -> bytes:
+        """End of stream: the unterminated last line, with a line ending (b"" if none)."""
         line = bytes(self._partial)
         self._partial = bytearray()
         self._after_cr = False
-        events = self._take(line + b"\n") if line else []
+        return line + b"\n" if line else b""
+
+
+def lines_of(block: bytes) -> list[str]:
+    """The lines of a block `LineFramer` returned, without their endings."""
+    lines = _text(block).split("\n")
+    lines.pop()  # the block ends with a line ending: nothing follows it
+    return lines
+
+
+def _text(block: bytes) -> str:
+    """`block` decoded, every line ending made "\\n": the same lines, split by one ending.
+    Decoding the block at once equals decoding each line alone: a bad or cut UTF-8 sequence
+    never spans a line ending (those are ASCII, and no replacement makes one), so it is
+    replaced the same."""
+    text = block.decode("utf-8", "replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+class SSEDecoder:
+    def __init__(self) -> None:
+        self._framer = LineFramer()
+        self._first_line = True
+        self._event: str | None = None
+        self._data: list[str] = []
+        self._id: str | None = None
+        self._retry: int | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether data lines wait for the blank line that dispatches their event."""
+        return bool(self._data)
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        block = self._framer.feed(chunk)
+        return self.block(block) if block else []
+
+    def flush(self) -> list[ServerSentEvent]:
+        """End of stream: the unterminated last line counts, and so does an unended event."""
+        line = self._framer.flush()
+        events = self.block(line) if line else []
         last = self._dispatch()
         if last is not None:
             events.append(last)
         return events
 
-    def _take(self, block: bytes) -> list[ServerSentEvent]:
-        """Apply `block`, whole lines each ending in \\n, \\r or \\r\\n."""
-        # Decoding the block at once equals decoding each line alone: a bad or cut UTF-8
-        # sequence never spans a line ending (those are ASCII), so it is replaced the same.
-        text = block.decode("utf-8", "replace")
+    def block(self, block: bytes) -> list[ServerSentEvent]:
+        """Apply `block`, whole lines each ending in \\n, \\r or \\r\\n (as `LineFramer`
+        returns them); the events they complete."""
+        text = _text(block)
         if not self._data and self._event is None and (events := self._tiled(text)):
             self._first_line = False
             return events
-        if "\r" in text:
-            lines = [raw.decode("utf-8", "replace") for raw in block.splitlines()]
-        else:
-            lines = text.split("\n")
-            lines.pop()  # the block ends with a line ending: nothing follows it
+        lines = text.split("\n")
+        lines.pop()  # the block ends with a line ending: nothing follows it
+        return self.lines(lines)
+
+    def lines(self, lines: list[str]) -> list[ServerSentEvent]:
+        """Apply whole lines (without their endings); the events they complete."""
         if self._first_line and lines:
             self._first_line = False
             lines[0] = lines[0].removeprefix("\ufeff")  # the spec strips one leading BOM
@@ -118,9 +166,8 @@ class SSEDecoder:
 
     def _tiled(self, text: str) -> list[ServerSentEvent] | None:
         """The events of `text` if it is simple events end to end, else None. Matches that
-        do not overlap and add up to the text's length leave no gap between them."""
-        if "\r" in text:  # a line ending too
-            return None
+        do not overlap and add up to the text's length leave no gap between them. `text`
+        holds no "\\r" (see `_text`), so "[^\\n]" cannot run past a line's end."""
         ident, retry = self._id, self._retry
         if text.startswith("event: "):
             named = _NAMED_EVENT.findall(text)

@@ -37,6 +37,17 @@ CASES = {
                        "max_tokens": 40, **ASK},
     "chat_stream_plain": {"messages": MESSAGES, "stream": True, "max_tokens": 8},
 }
+# The same call with and without the token fields asked for (same seed, so the same samples):
+# what the gateway hands an agent that asked for none must be the plain answer.
+PAIRS = {
+    "pair_stream": {"messages": MESSAGES, "stream": True, "max_tokens": 10},
+    "pair_stream_tool": {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
+                         "stream": True, "max_tokens": 24},
+    "pair_json": {"messages": TOOL_ROUND, "tools": TOOLS, "max_tokens": 10},
+}
+for _name, _case in PAIRS.items():
+    CASES[f"{_name}_asked"] = {**_case, **ASK}
+    CASES[f"{_name}_plain"] = _case
 
 
 def post(base: str, path: str, body: dict) -> bytes:

@@ -6,7 +6,7 @@
     Store                           every read and write; the only SQL callers reach
     Writer                          a thread that owns a Store for the proxy's event loop:
                                     batches, spools to disk while the store is down, replays
-    default_store_url(home)         sqlite:///<home>/traces.db
+    default_store_url(folder)       sqlite:///<folder>/traces.db (forge_record.paths's)
 
 How bytes are laid out (content-addressed blobs, manifest streams, raw deltas) is in
 docs/STORAGE.md. Nothing outside this package imports sqlalchemy, zstandard or alembic.
@@ -14,8 +14,7 @@ docs/STORAGE.md. Nothing outside this package imports sqlalchemy, zstandard or a
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from forge_record.paths import default_store_url  # the one definition, re-exported
 from forge_record.store.store import (
     SECRET_HEADERS,
     Store,
@@ -36,8 +35,3 @@ __all__ = [
     "store_revision",
     "upgrade_store",
 ]
-
-
-def default_store_url(home: Path) -> str:
-    """The store used when no --db is given: traces.db in the forge-record home folder."""
-    return f"sqlite:///{Path(home).expanduser() / 'traces.db'}"

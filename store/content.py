@@ -4,12 +4,9 @@ No SQL. A request is stored as references: its system prompt, its tool list
 and its other parameters are one blob each, and every message is a blob (`{"role", "content"}`,
 blocks inline). The response's content is a blob of the same shape (role "assistant"), so the
 next request, which repeats that answer as its last assistant message, references the same
-blob. A blob's bytes are canonical JSON of plain dicts (sorted keys, orjson), and its name is
-HASH_PREFIX + the first 128 bits of their sha256. The prefix versions the canonical form: if
-it ever changes, new names cannot collide with old ones.
-
-Dicts are hashed, never dataclasses: orjson's OPT_SORT_KEYS does not reorder dataclass
-fields, so two equal records could serialize differently.
+blob. A blob's bytes are `identity.canonical_json` of plain dicts, and its name is
+`identity.blob_name` of them (`c1:` + the first 128 bits of their sha256); identity.py says
+why the prefix versions the canonical form and why a dataclass is refused there.
 
 A manifest is what an exchange keeps besides blobs: every field of the record that is not
 content (as records.exchange_to_dict has them), the blob names, and how its message list
@@ -21,7 +18,6 @@ Rebuilt through one `Decoded`, the exchanges of a session share the content they
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
@@ -29,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from forge_record.identity import canonical_json
 from forge_record.records import (
     Block,
     Exchange,
@@ -42,36 +39,27 @@ from forge_record.records import (
     response_to_dict,
 )
 
-HASH_PREFIX = "c1:"
 MANIFEST_VERSION = 1
 # The fields records.exchange_to_dict keeps besides the request and the response.
 _META_FIELDS = [f.name for f in fields(Exchange)
                 if f.name not in ("request", "response", "raw_request", "raw_response")]
 
 
-def canonical(obj: Any) -> bytes:
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-
-
-def name(data: bytes) -> str:
-    """The blob name of canonical bytes."""
-    return HASH_PREFIX + hashlib.sha256(data).hexdigest()[:32]
-
-
 def message_blob(message: Message) -> bytes:
-    return canonical({"role": message.role, "content": [block_to_dict(b) for b in message.content]})
+    content = [block_to_dict(b) for b in message.content]
+    return canonical_json({"role": message.role, "content": content})
 
 
 def system_blob(request: Request) -> bytes:
-    return canonical([block_to_dict(b) for b in request.system])
+    return canonical_json([block_to_dict(b) for b in request.system])
 
 
 def tools_blob(tools: list[Tool]) -> bytes:
-    return canonical([asdict(t) for t in tools])
+    return canonical_json([asdict(t) for t in tools])
 
 
 def parameters_blob(parameters: dict[str, Any]) -> bytes:
-    return canonical(parameters)
+    return canonical_json(parameters)
 
 
 def answer_blob(response: Response) -> bytes:

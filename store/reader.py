@@ -20,6 +20,7 @@ import orjson
 import sqlalchemy as sa
 
 from forge_record.errors import StoreError
+from forge_record.identity import blob_name
 from forge_record.records import Exchange, exchange_from_dict
 from forge_record.store import compression, content, delta
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
@@ -82,7 +83,7 @@ class BlobReader:
             self._decode_packs({pack for _, pack, _, _ in places})
             for blob, pack, start, length in places:
                 data = self._packs[pack][start : start + length]
-                if content.name(data) != blob:
+                if blob_name(data) != blob:
                     raise StoreError(f"blob {blob} does not match its bytes: "
                                      "the store is damaged")
                 self._plain[blob] = data

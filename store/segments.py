@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from forge_record.records import Exchange, Message, Request
+from forge_record.identity import blob_name
+from forge_record.records import Exchange, Request
+from forge_record.shared_ends import shared_prefix
 from forge_record.store import compression, content, delta
 
 SEGMENT_BYTES = 4 << 20
@@ -146,7 +148,7 @@ class SessionEncoder:
         return out
 
     def _keep(self, data: bytes, blobs: dict[str, bytes]) -> str:
-        blob = content.name(data)
+        blob = blob_name(data)
         blobs[blob] = self._bytes[blob] = data
         return blob
 
@@ -176,13 +178,3 @@ def request_hint(parts: list[bytes], messages: list[bytes]) -> bytes:
 
 def response_hint(parent_response: bytes, answer: bytes) -> bytes:
     return parent_response + answer
-
-
-def shared_prefix(a: list[Message], b: list[Message]) -> int:
-    """How many leading messages two lists share (compared as records)."""
-    n = min(len(a), len(b))
-    if n == 0 or a[0] != b[0]:
-        return 0
-    if a[n - 1] == b[n - 1] and a[:n] == b[:n]:
-        return n
-    return next(i for i in range(n) if a[i] != b[i])

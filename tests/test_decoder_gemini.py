@@ -86,6 +86,29 @@ def test_line_endings_do_not_matter(name):
     assert decode([lf.replace(b"\n", b"\r\n")], dialect) == decode([CASES[name]], dialect)
 
 
+def _event(text: str, stop: str | None = None) -> bytes:
+    candidate = {"content": {"role": "model", "parts": [{"text": text}]}}
+    if stop:
+        candidate["finishReason"] = stop
+    return b"data: " + orjson.dumps({"candidates": [candidate]})
+
+
+MIXED = _event("A") + b"\r\r" + _event("B") + b"\n\r\n" + _event("C", "STOP") + b"\r\n\n"
+
+
+def test_mixed_line_endings_decode_alike_in_any_chunking():
+    # Cut in three around every line ending (where a framer keeps state between chunks): a
+    # \r that ends a line inside a chunk must not swallow the next chunk's leading \n.
+    whole = decode([MIXED])
+    assert whole[0].content == [Text(text="ABC")] and whole[0].stop_reason == "STOP"
+    ends = [i for i, b in enumerate(MIXED) if b in b"\r\n"]
+    cuts = sorted({c for i in ends for c in (i, i + 1) if 0 < c < len(MIXED)})
+    for i in range(1, len(MIXED)):
+        for j in cuts:
+            if i < j:
+                assert decode([MIXED[:i], MIXED[i:j], MIXED[j:]]) == whole, (i, j)
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_response_survives_the_record_round_trip(name):
     response, _ = stream(name)

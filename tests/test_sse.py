@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_record.sse import ServerSentEvent, SSEDecoder
+from forge_record.sse import ServerSentEvent, SSEDecoder, _text
 
 
 def decode(*chunks: bytes) -> list[ServerSentEvent]:
@@ -39,6 +39,15 @@ def test_crlf_split_across_chunks_is_one_line_ending():
 
 def test_cr_at_chunk_end_then_other_byte():
     assert decode(b"data: x\r", b"data: y\r\r") == [ServerSentEvent(data="x\ny")]
+
+
+def test_cr_inside_a_chunk_pairs_with_nothing_in_the_next():
+    # The \r ending "x"'s blank line is not the chunk's last byte: the \n starting the next
+    # chunk ends the line "data: y", it is not the second half of a \r\n.
+    stream = b"data: x\r\rdata: y\n\ndata: z\n\n"
+    cut = stream.index(b"\n")
+    assert decode(stream[:cut], stream[cut:]) == decode(stream) == [
+        ServerSentEvent(data="x"), ServerSentEvent(data="y"), ServerSentEvent(data="z")]
 
 
 def test_events_come_out_as_soon_as_their_blank_line_arrives():
@@ -202,5 +211,28 @@ def test_simple_events_of_either_form_are_read_in_one_pass():
     assert SSEDecoder()._tiled("data: 1\n\ndata: [DONE]\n\n") == [ServerSentEvent(None, "1"),
                                                                  ServerSentEvent(None, "[DONE]")]
     for other in ("event: a\ndata: 1\n\ndata: 2\n\n", "data: 1\n\n: ping\n\n",
-                  "data: 1\r\n\r\n", "data: a\rb\n\n", "event: a\ndata: 1\ndata: 2\n\n"):
+                  "event: a\ndata: 1\ndata: 2\n\n"):
         assert SSEDecoder()._tiled(other) is None, other
+
+
+def test_other_line_endings_are_made_lf_before_the_one_pass():
+    # Gemini ends its lines with \r\n: those blocks take the one pass too, split the same.
+    assert _text(b"data: 1\r\n\r\ndata: a\rb\n\r") == "data: 1\n\ndata: a\nb\n\n"
+    assert SSEDecoder().block(b"data: 1\r\n\r\n") == [ServerSentEvent(None, "1")]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_LINES), st.sampled_from(["\n", "\r\n", "\r"])),
+                max_size=14), st.lists(st.integers(0, 27), max_size=3))
+def test_mixed_line_endings_in_any_chunking_equal_whole(lines, cuts):
+    # Cuts land where framing bugs live: cut c is before line c // 2's ending (c even) or
+    # just after it (c odd).
+    stream, places = b"", [0]
+    for line, ending in lines:
+        stream += line.encode()
+        places.append(len(stream))
+        stream += ending.encode()
+        places.append(len(stream))
+    bounds = sorted({0, len(stream), *(places[c + 1] for c in cuts if c + 1 < len(places))})
+    chunks = [stream[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert decode(*chunks) == decode(stream)

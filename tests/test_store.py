@@ -25,6 +25,7 @@ import psycopg
 import pytest
 from conftest import require
 
+from forge_record import paths
 from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import (
     ERROR,
@@ -602,8 +603,11 @@ os._exit(0)  # no close, no atexit, no checkpoint
         assert [ex.seq for ex in store.iter_exchanges("s")] == [7]
 
 
-def test_default_store_url(tmp_path):
+def test_default_store_url(tmp_path, monkeypatch):
     assert default_store_url(tmp_path) == f"sqlite:///{tmp_path}/traces.db"
+    monkeypatch.setenv("FORGE_RECORD_HOME", str(tmp_path / "home"))
+    assert default_store_url() == f"sqlite:///{tmp_path}/home/traces.db"  # the CLI's default
+    assert default_store_url is paths.default_store_url  # one definition
 
 
 def test_in_memory_store():

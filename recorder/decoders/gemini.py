@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from forge_record.decoders.base import Dialect, decode_object, is_event_stream
 from forge_record.decoders.gemini_parts import PartFold, camel, camel_key
-from forge_record.decoders.gemini_stream import BodyDecoder, SSEDecoder
+from forge_record.decoders.gemini_stream import BodyDecoder, StreamDecoder
 from forge_record.records import Block, Message, Request, Text, Tool
 
 # Route patterns (see decoders.base.Dialect): `…/{models|tunedModels}/{model}:{method}` for
@@ -99,9 +99,9 @@ class _Gemini(Dialect):
         if route is not None:
             request.stream = route["method"] == "streamGenerateContent"
 
-    def response_decoder(self, content_type: str) -> SSEDecoder | BodyDecoder:
+    def response_decoder(self, content_type: str) -> StreamDecoder | BodyDecoder:
         if is_event_stream(content_type):
-            return SSEDecoder(self.wrapped)
+            return StreamDecoder(self.wrapped)
         return BodyDecoder(self.wrapped)
 
 

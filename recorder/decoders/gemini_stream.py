@@ -2,7 +2,8 @@
 
 Three framings carry the same chunks:
 
-- SSE (`?alt=sse`, what the SDKs and Gemini CLI ask for): one chunk per `data:` event. An error
+- SSE (`?alt=sse`, what the SDKs and Gemini CLI ask for): one chunk per `data:` event, framed
+  and parsed by `forge_record.sse` like every dialect's stream. An error
   can arrive as plain, multi-line JSON with no `data:` prefix; such lines are buffered until
   their braces balance (outside strings), as python-genai does, and folded like any chunk.
 - a JSON array (`streamGenerateContent` without `alt=sse`), and a single JSON object
@@ -36,6 +37,7 @@ from forge_record.decoders.base import SHAPE_ERRORS, BufferedBody
 from forge_record.decoders.gemini_parts import PartFold
 from forge_record.errors import DecodeError
 from forge_record.records import Response, Usage
+from forge_record.sse import LineFramer, ServerSentEvent, SSEDecoder, lines_of
 
 _RESPONSE_OWN = {"candidates", "usageMetadata", "modelVersion", "responseId"}
 _CANDIDATE_OWN = {"content", "finishReason", "index"}
@@ -156,6 +158,12 @@ class ObjectScanner:
         return found
 
 
+def _may_start_raw_json(block: bytes) -> bool:
+    """Whether a line of `block` starts with "{" or "[" (a few substring searches in C)."""
+    return (block[:1] in (b"{", b"[") or b"\n{" in block or b"\r{" in block
+            or b"\n[" in block or b"\r[" in block)
+
+
 def _parse(text: str) -> Any:
     try:
         return orjson.loads(text)
@@ -163,14 +171,15 @@ def _parse(text: str) -> Any:
         return text  # not an object: the fold keeps it aside, verbatim
 
 
-class SSEDecoder:
-    """Gemini SSE: `data:` events, plus raw JSON lines (errors) between them."""
+class StreamDecoder:
+    """Gemini SSE: `data:` events, plus raw JSON lines (errors) between them. Lines are framed
+    by `forge_record.sse` as every dialect's are; the SSE lines among them are parsed there
+    too, the raw JSON ones go to an `ObjectScanner`."""
 
     def __init__(self, wrapped: bool) -> None:
         self._fold = ResponseFold(wrapped)
-        self._partial = bytearray()
-        self._after_cr = False
-        self._data: list[str] = []
+        self._framer = LineFramer()
+        self._events = SSEDecoder()
         self._raw = ObjectScanner()
         self._complete = False
 
@@ -179,38 +188,43 @@ class SSEDecoder:
         return self._complete
 
     def feed(self, chunk: bytes) -> None:
-        if self._after_cr and chunk[:1] == b"\n":
-            chunk = chunk[1:]  # the \n of a \r\n split across chunks
-        end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
-        if end < 0:
-            self._partial += chunk
-            return
-        self._partial += chunk[:end + 1]
-        lines = self._partial.splitlines()  # bytes split only at \r, \n and \r\n
-        self._partial = bytearray(chunk[end + 1:])
-        self._after_cr = chunk[end:end + 1] == b"\r"
-        for line in lines:
-            self._line(line.decode("utf-8", "replace"))
+        self._block(self._framer.feed(chunk))
 
     def finish(self) -> Response:
-        if self._partial:
-            self._line(self._partial.decode("utf-8", "replace"))
-            self._partial = bytearray()
-        self._line("")
+        self._block(self._framer.flush())
+        self._add(self._events.flush())
         self._complete = self._fold.stop_reason is not None
         return self._fold.response()
 
-    def _line(self, line: str) -> None:
-        if self._raw.open or (line[:1] in ("{", "[") and not self._data):
-            for text in self._raw.feed(line + "\n"):
-                self._fold.add(_parse(text))
-        elif line.startswith("data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value[:1] == " " else value)
-        elif not line and self._data:
-            data, self._data = "\n".join(self._data), []
-            self._fold.add(_parse(data))
-        # comments (":"), other SSE fields and stray lines carry nothing for Gemini
+    def _block(self, block: bytes) -> None:
+        if not block:
+            return
+        if self._raw.open or _may_start_raw_json(block):
+            self._lines(lines_of(block))
+        else:  # the usual block, SSE lines only: parsed as any dialect's, fast paths included
+            self._add(self._events.block(block))
+
+    def _lines(self, lines: list[str]) -> None:
+        """Route each line: into a JSON object being scanned, or one starting where no event
+        is being built, else to the SSE parser (a run of such lines in one call)."""
+        run: list[str] = []
+        for line in lines:
+            if self._raw.open or line[:1] in ("{", "["):
+                if run:  # applied first: whether an event is pending decides the line's way
+                    self._add(self._events.lines(run))
+                    run = []
+                if self._raw.open or not self._events.pending:
+                    for text in self._raw.feed(line + "\n"):
+                        self._fold.add(_parse(text))
+                    continue
+            run.append(line)
+        if run:
+            self._add(self._events.lines(run))
+
+    def _add(self, events: list[ServerSentEvent]) -> None:
+        # Only the data counts: Gemini names no events, and ids and retry carry nothing here.
+        for event in events:
+            self._fold.add(_parse(event.data))
 
 
 class BodyDecoder(BufferedBody):

@@ -15,7 +15,7 @@ and have not been seen live here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +31,7 @@ from forge_record.records import (
     ToolCall,
     ToolResult,
 )
+from forge_record.shared_ends import shared_prefix
 
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "goose-session-id")
 AGENT_HEADERS = ("x-claude-code-agent-id", "thread-id")  # Codex: thread-id != session-id
@@ -154,16 +155,6 @@ def _memoized_message(message: Message, memo: HashMemo) -> str:
     if found is None:
         found = memo[key] = (tuple(message.content), message_hash(message))
     return found[1]
-
-
-def shared_prefix(a: Sequence, b: Sequence) -> int:
-    """How many leading items `a` and `b` (sequences of one type) have in common."""
-    n = min(len(a), len(b))
-    # The usual case, a request extending the one before, is one compare in C (which takes
-    # identical objects as equal without comparing their fields).
-    if a[:n] == b[:n]:
-        return n
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), n)
 
 
 def message_hash(message: Message) -> str:
