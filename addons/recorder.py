@@ -7,6 +7,11 @@ capture's tee, so every response, streamed or not, passes through chunk by chunk
 `response` and `error` end the capture and hand the exchange to the sink (the store writer's
 queue). Traffic that is not recorded still streams through untouched. In regular (forward)
 mode only model hosts are TLS-intercepted; every other host is tunnelled as is.
+
+With `engine` set (the model server is vLLM or SGLang), a Chat Completions call asks it for
+its token ids and logprobs, and the answer is passed on with what the agent did not ask for
+taken out again (forge_record.engine): the one case where the agent's bytes are edited, so
+that the record holds the tokens the policy sampled while the agent sees what it asked for.
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ from urllib.parse import urlsplit
 
 from mitmproxy import http, tls
 
+from forge_record import engine as engines
 from forge_record.capture import DEFAULT_MAX_BODY, Capture
 from forge_record.decoders import Dialect, dialect_for
+from forge_record.decoders.base import is_event_stream
 from forge_record.records import Exchange
 
 log = logging.getLogger("forge_record")
 
 _META = "forge_record"
+_ASKED = "forge_record.asked"  # what the agent asked for, of the token fields we add
 
 
 class Recorder:
@@ -36,15 +44,21 @@ class Recorder:
         upstreams: dict[str, str] | None = None,
         record_any_host: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
+        engine: str | None = None,
+        top_logprobs: int = 0,
     ) -> None:
         """`model_hosts`: hosts whose traffic is intercepted and may be recorded.
         `upstreams`: host -> base URL to send that host's requests to instead.
-        `record_any_host`: record every host (reverse mode, where only model traffic comes)."""
+        `record_any_host`: record every host (reverse mode, where only model traffic comes).
+        `engine`: the model server is this engine ("vllm", "sglang"): ask it for token ids,
+        and for `top_logprobs` alternatives per token."""
         self.sink = sink
         self.upstreams = {h.lower(): u.rstrip("/") for h, u in (upstreams or {}).items()}
         self.model_hosts = {h.lower() for h in model_hosts} | set(self.upstreams)
         self.record_any_host = record_any_host
         self.max_body = max_body  # bytes kept per body; the agent always gets all of it
+        self.engine = engine
+        self.top_logprobs = top_logprobs
         self._seq = itertools.count(1)
         self.recorded = 0
 
@@ -74,6 +88,8 @@ class Recorder:
         body = req.get_content(strict=False) or b""
         if not (self.intercepts(host) or _speaks(dialect, body)):
             return
+        if self.engine and dialect.name == "openai.chat":
+            body = self._ask_for_tokens(flow, body)
         flow.metadata[_META] = Capture(
             dialect,
             seq=next(self._seq),
@@ -99,7 +115,8 @@ class Recorder:
             resp.headers.get("content-type", ""),
             resp.headers.get("content-encoding", ""),
         )
-        resp.stream = capture.tee
+        asked: engines.Asked | None = flow.metadata.get(_ASKED)
+        resp.stream = capture.tee if asked is None else _stripped(capture, resp, asked)
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, None)
@@ -127,6 +144,17 @@ class Recorder:
         except Exception:  # noqa: BLE001 - recording must never break the agent's call
             log.exception("forge-record: could not queue exchange %s", exchange.url)
 
+    def _ask_for_tokens(self, flow: http.HTTPFlow, body: bytes) -> bytes:
+        """The body sent to the engine, and recorded: what the agent sent, asking for token
+        ids and logprobs too."""
+        if flow.request.headers.get("content-encoding"):
+            return body  # an encoded request body is sent on as it is
+        asking = engines.ask_for_tokens(body, self.top_logprobs)
+        if asking is None:
+            return body
+        flow.request.content, flow.metadata[_ASKED] = asking  # Content-Length follows
+        return asking[0]
+
     def _redirect(self, flow: http.HTTPFlow, host: str) -> None:
         target = self.upstreams.get(host)
         if target is None:
@@ -137,6 +165,26 @@ class Recorder:
         req.host = url.hostname or host
         req.port = url.port or (443 if url.scheme == "https" else 80)
         req.path = url.path + req.path
+
+
+def _stripped(capture: Capture, resp: http.Response, asked: engines.Asked):
+    """The stream callable for an engine's answer: the capture keeps the engine's bytes, the
+    agent gets them less what it did not ask for. An encoded body cannot be edited as it
+    flows, so the agent then gets the engine's fields as they are."""
+    if resp.headers.get("content-encoding"):
+        return capture.tee
+    strip = engines.Strip(asked, is_event_stream(resp.headers.get("content-type", "")))
+    if "content-length" in resp.headers:  # the edited body's length is known only at its end
+        del resp.headers["content-length"]
+        if resp.http_version == "HTTP/1.1":
+            resp.headers["transfer-encoding"] = "chunked"
+
+    def stream(chunk: bytes) -> list[bytes]:
+        capture.tee(chunk)
+        # A list, never b"": an empty chunk would end an HTTP/1.1 chunked body early.
+        return strip.feed(chunk) if chunk else strip.flush()
+
+    return stream
 
 
 def _speaks(dialect: Dialect, body: bytes) -> bool:

@@ -61,7 +61,10 @@ def test_export_changes_no_record_it_read(written, tmp_path, fmt, keep_extras):
     with open_store(url) as store:
         spy = HandedOut(store)
         tally = export(spy, fmt, out, options=options)
-    assert tally.exported > 0
+    if fmt == "tokens":  # these calls came from no engine: nothing to export, all counted
+        assert tally.exported == 0 and tally.skipped["calls without engine tokens"] > 0
+    else:
+        assert tally.exported > 0
     assert spy.exchanges == sent
 
 

@@ -43,6 +43,13 @@ from forge_record.redact.argv import mask_argv
     help="Send traffic for model API HOST to URL instead (a gateway, a local server). "
     "Repeatable.",
 )
+@click.option(
+    "--engine", type=click.Choice(["vllm", "sglang"]),
+    help="The model server is this engine: Chat Completions calls ask it for token ids and "
+    "logprobs, which are recorded and kept from the agent.",
+)
+@click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
+              help="With --engine: alternatives recorded per sampled token.")
 @click.option("--tag", multiple=True, callback=key_value, metavar="K=V", help="Tag the session.")
 @click.option(
     "--set", "settings", multiple=True, callback=key_value, metavar="OPTION=VALUE",
@@ -55,13 +62,15 @@ from forge_record.redact.argv import mask_argv
 )
 @click.option("-v", "--verbose", count=True, help="Log what the recorder does (-vv: more).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(store, mode, harness, upstream, tag, settings, no_redact_bodies, verbose, command) -> None:
+def run(store, mode, harness, upstream, engine, top_logprobs, tag, settings, no_redact_bodies,
+        verbose, command) -> None:
     """Run CMD with its model traffic recorded; exit with CMD's exit code."""
     setup_logging(verbose)
     argv = list(command)
     launch.resolve(argv, os.environ)  # a missing command fails before anything starts
     shim = pick_shim(harness, argv)
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
+    route.engine, route.top_logprobs = engine, top_logprobs
     redactor = None if no_redact_bodies else config.redactor(home())
     exit_code = record(
         argv, shim, route, store_url(store),
@@ -76,6 +85,8 @@ class Route:
     mitm_mode: str  # the mitmproxy mode spec
     upstreams: dict[str, str] = field(default_factory=dict)
     model_hosts: set[str] = field(default_factory=set)
+    engine: str | None = None  # the model server is this engine: ask it for its token ids
+    top_logprobs: int = 0
 
 
 def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[str, str],
@@ -135,6 +146,8 @@ def record(
         model_hosts=route.model_hosts,
         upstreams=route.upstreams,
         record_any_host=route.mode == "reverse",
+        engine=route.engine,
+        top_logprobs=route.top_logprobs,
     )
     conf = trust.confdir(home())
     proxy = InProcessProxy(
