@@ -31,6 +31,7 @@ class CaFiles:
 class Shim:
     name = "generic"
     executables: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()  # Python packages run as `python -m NAME`
     model_hosts: tuple[str, ...] = ()
     base_url_var: str | None = None  # the CLI's base-URL variable, if it has one
     default_base_url: str | None = None
@@ -41,6 +42,12 @@ class Shim:
 
     def auto_mode(self, environ: Mapping[str, str]) -> str:
         return "reverse" if self.base_url_var else "forward"
+
+    def base_urls(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The base-URL variables this CLI reads that are set: {variable: URL}. Forward mode
+        intercepts their hosts; reverse mode points them at the proxy."""
+        url = environ.get(self.base_url_var) if self.base_url_var else None
+        return {self.base_url_var: url} if url else {}
 
     def upstream_base(self, environ: Mapping[str, str], argv: Sequence[str] = ()) -> str | None:
         """The base URL the CLI would use without the recorder, where reverse-mode traffic

@@ -69,7 +69,11 @@ def test_unknown_harness(env):
 def test_exit_code_and_session_are_kept(env):
     proc = forge(env, "run", "--tag", "k=v", "--", PY, "-c", "import sys; sys.exit(7)")
     assert proc.returncode == 7
-    assert proc.stderr.strip().splitlines()[-1].startswith("forge-record: session ")
+    lines = proc.stderr.strip().splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith("forge-record: session "))
+    # nothing was recorded, and the run says so after the summary
+    assert lines[summary + 1] == "forge-record: warning: the command ran but no model call " \
+        "was recorded"
     [row] = orjson.loads(forge(env, "sessions", "--json").stdout)
     assert row["exit_code"] == 7 and row["tags"] == {"k": "v"} and row["calls"] == 0
     shown = orjson.loads(forge(env, "show", row["id"][:6], "--json").stdout)

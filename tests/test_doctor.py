@@ -102,3 +102,39 @@ def test_trust_checks_can_fail(ca, tmp_path):
     ok, why = _file_check(str(system_only), ours, replaces=True)
     assert not ok and "does not hold the forge-record CA" in why
     assert not _file_check(str(tmp_path / "missing.pem"), ours, replaces=False)[0]
+
+
+def fake_node(tmp_path, version: str) -> str:
+    """A PATH whose `node` answers `--version` with `version`, and a Node script `agent`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    node = bin_dir / "node"
+    node.write_text(f"#!/bin/sh\necho {version}\n")
+    agent = bin_dir / "agent"
+    agent.write_text("#!/usr/bin/env node\nfetch('https://api.openai.com/v1/models')\n")
+    for f in (node, agent):
+        f.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+@pytest.mark.parametrize(("version", "mark"), [
+    ("v20.20.2", "FAIL"), ("v22.20.0", "FAIL"), ("v23.11.0", "FAIL"),
+    ("v22.21.0", "ok  "), ("v24.0.0", "ok  "), ("v25.1.0", "ok  ")])
+def test_node_fetch_proxy_support_is_checked(tmp_path, version, mark):
+    """The generic harness relies on NODE_USE_ENV_PROXY for Node's built-in fetch, which Node
+    reads from 22.21 (22.x) and 24.0 on: an older Node running the command fails the check."""
+    proc = doctor(tmp_path, "--no-self-test", "--", "agent", PATH=fake_node(tmp_path, version))
+    assert f"  {mark} Node {version} built-in fetch: " in proc.stdout, proc.stdout
+    assert proc.returncode == (1 if mark == "FAIL" else 0)
+
+
+def test_old_node_is_a_warning_when_the_command_may_not_use_it(tmp_path):
+    proc = doctor(tmp_path, "--no-self-test", "--", "true", PATH=fake_node(tmp_path, "v20.20.2"))
+    assert "  warn Node v20.20.2 built-in fetch: ignores HTTPS_PROXY" in proc.stdout
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("result: OK (1 warning above)")
+
+
+def test_harnesses_with_their_own_proxy_agent_need_no_node_check(tmp_path):
+    proc = doctor(tmp_path, "--no-self-test", "--harness", "pi", "--", "agent",
+                  PATH=fake_node(tmp_path, "v20.20.2"))
+    assert "built-in fetch" not in proc.stdout and proc.returncode == 0

@@ -44,6 +44,8 @@ FORWARD = {  # shim -> what it sets beyond the base forward variables
     "opencode": {},
     "qwen-code": {},
     "aider": {},
+    "llm": {},
+    "pi": {},
     "goose": {"GOOSE_CA_CERT_PATH": CA.cert},
     "generic": {
         "ALL_PROXY": PROXY, "all_proxy": PROXY, "NODE_USE_ENV_PROXY": "1",
@@ -104,6 +106,13 @@ def test_python_ca_variables_are_full_bundles(name, real_ca):
     ("goose", {"GOOSE_PROVIDER": "anthropic"}, "forward"),
     ("goose", {"GOOSE_PROVIDER": "ollama", "OLLAMA_HOST": "localhost:11434"}, "reverse"),
     ("generic", {"OPENAI_BASE_URL": "http://x"}, "forward"),
+    # a local server: NO_PROXY keeps it away from forward mode
+    ("generic", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}, "reverse"),
+    ("generic", {"OPENAI_API_BASE": "http://localhost:8000/v1"}, "reverse"),
+    ("generic", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:4000"}, "reverse"),
+    ("llm", {}, "forward"),
+    ("llm", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}, "reverse"),
+    ("pi", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}, "forward"),  # pi ignores it
 ])
 def test_auto_mode(name, environ, mode):
     assert shim(name).auto_mode(environ) == mode
@@ -115,6 +124,14 @@ def test_auto_mode(name, environ, mode):
     ("aider", {}, {"OPENAI_API_BASE": PROXY + "/v1"}),
     ("goose", {"GOOSE_PROVIDER": "anthropic"}, {"ANTHROPIC_HOST": PROXY}),
     ("goose", {"GOOSE_PROVIDER": "OpenAI"}, {"OPENAI_HOST": PROXY}),
+    ("llm", {}, {"OPENAI_BASE_URL": PROXY}),
+    # every common variable holding the first one's base URL, none holding another
+    ("generic", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1/",
+                 "OPENAI_API_BASE": "http://127.0.0.1:8000/v1",
+                 "ANTHROPIC_BASE_URL": "http://127.0.0.1:9000"},
+     {"OPENAI_BASE_URL": PROXY, "OPENAI_API_BASE": PROXY}),
+    ("generic", {"ANTHROPIC_BASE_URL": "https://gw.example/anthropic"},
+     {"ANTHROPIC_BASE_URL": PROXY}),
 ])
 def test_reverse_env(name, environ, expected):
     assert shim(name).reverse_env(PROXY, environ) == expected
@@ -136,16 +153,24 @@ def test_opencode_reverse_merges_the_users_inline_config():
     ("aider", {}, "reverse:https://api.openai.com", {}),
     ("goose", {"GOOSE_PROVIDER": "ollama", "OLLAMA_HOST": "127.0.0.1:11434"},
      "reverse:http://127.0.0.1:11434", {}),
+    ("generic", {"OPENAI_API_BASE": "http://127.0.0.1:8000/v1"}, "reverse:http://127.0.0.1:8000",
+     {"127.0.0.1": "http://127.0.0.1:8000/v1"}),
 ])
 def test_reverse_route_keeps_the_users_upstream(name, environ, mitm, upstreams):
     route = plan_route(shim(name), "reverse", environ, {})
     assert (route.mode, route.mitm_mode, route.upstreams) == ("reverse", mitm, upstreams)
 
 
-@pytest.mark.parametrize("name", ["goose", "generic"])
+@pytest.mark.parametrize("name", ["goose", "generic", "pi"])
 def test_reverse_without_a_base_url_is_refused(name):
     with pytest.raises(UsageError, match="use --mode forward"):
         plan_route(shim(name), "reverse", {}, {})
+
+
+def test_generic_forward_route_intercepts_the_base_url_hosts():
+    route = plan_route(shim("generic"), "forward", {"ANTHROPIC_BASE_URL": "https://gw.example/a",
+                                                     "OPENAI_API_BASE": "http://10.1.2.3/v1"}, {})
+    assert {"gw.example", "10.1.2.3", "api.openai.com"} <= route.model_hosts
 
 
 def test_forward_route_intercepts_the_shims_hosts_and_upstreams():
@@ -156,9 +181,25 @@ def test_forward_route_intercepts_the_shims_hosts_and_upstreams():
 
 @pytest.mark.parametrize(("argv0", "name"), [
     ("gemini", "gemini-cli"), ("/usr/local/bin/opencode", "opencode"), ("qwen", "qwen-code"),
-    ("aider", "aider"), ("goose", "goose"), ("some-agent", "generic")])
+    ("aider", "aider"), ("goose", "goose"), ("llm", "llm"), ("pi", "pi"),
+    ("some-agent", "generic")])
 def test_detect_by_executable(argv0, name):
     assert harness_shims.detect([argv0, "-p", "x"]).name == name
+
+
+@pytest.mark.parametrize(("argv", "name"), [
+    (["python", "-m", "aider", "--model", "x"], "aider"),
+    (["/usr/bin/python3.12", "-u", "-X", "utf8", "-m", "aider.main"], "aider"),
+    (["python3", "-mllm", "hi"], "llm"),
+    (["python3", ".venv/bin/aider", "--yes"], "aider"),  # a script, by its name
+    (["python", "-W", "ignore", "-m", "llm"], "llm"),
+    (["python", "-c", "import aider"], "generic"),
+    (["python", "-m", "http.server"], "generic"),
+    (["python"], "generic"),
+    (["notpython", "-m", "aider"], "generic"),
+])
+def test_detect_python_modules_and_scripts(argv, name):
+    assert harness_shims.detect(argv).name == name
 
 
 @pytest.mark.parametrize(("name", "user_agent", "version"), [
@@ -173,7 +214,7 @@ def test_version_from_user_agent(name, user_agent, version):
 
 
 @pytest.mark.parametrize("module", ["gemini_cli", "opencode", "qwen_code", "aider", "goose",
-                                    "generic"])
+                                    "generic", "llm", "pi"])
 def test_shims_use_the_standard_library_only(module):
     tree = ast.parse((SHIM_DIR / f"{module}.py").read_text())
     imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
@@ -210,10 +251,12 @@ def test_harnesses_json_follows_the_environment(monkeypatch):
 # --- the generic shim, for real --------------------------------------------------------------
 
 
-def forge(home: Path, *args) -> subprocess.CompletedProcess:
+def forge(home: Path, *args, **environ) -> subprocess.CompletedProcess:
     env = {**os.environ, "FORGE_RECORD_HOME": str(home)}
-    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL"):
         env.pop(var, None)
+    env.update(environ)
     return subprocess.run([FORGE, *args], env=env, capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
 
@@ -237,3 +280,40 @@ def test_curl_through_the_generic_shim_is_recorded(tmp_path):
     assert ex["url"] == "https://api.openai.com/v1/chat/completions"
     assert ex["request"]["messages"][0]["content"][0]["text"] == "hello"
     assert ex["response"]["content"]
+
+
+OPENAI_CLIENT = ("import openai; r = openai.OpenAI().chat.completions.create(model='gpt-4.1-mini',"
+                 " messages=[{'role': 'user', 'content': 'hello'}]); print(r.choices[0].message"
+                 ".content)")
+
+
+def test_a_local_base_url_is_recorded_by_the_generic_shim(tmp_path):
+    """The openai SDK with OPENAI_BASE_URL on 127.0.0.1, unknown to every shim: auto mode is
+    reverse, so the local server is recorded (its /v1 kept) instead of bypassing the proxy."""
+    with MockUpstream() as mock:
+        proc = forge(tmp_path, "run", "--", sys.executable, "-c", OPENAI_CLIENT,
+                     OPENAI_BASE_URL=f"{mock.url}/v1", OPENAI_API_KEY="sk-dummy-generic")
+        assert proc.returncode == 0, proc.stderr
+        assert [r.path for r in mock.requests] == ["/v1/chat/completions"]
+    assert "warning" not in proc.stderr
+    shown = orjson.loads(forge(tmp_path, "show", "last", "--json").stdout)
+    [ex] = shown["exchanges"]
+    assert shown["harness"] == "generic" and ex["status"] == "complete"
+
+
+def test_a_run_that_records_nothing_says_why(tmp_path):
+    """Forward mode cannot see a server on loopback: the run still exits with the agent's code,
+    and ends with a warning naming the variable and the doctor line."""
+    with MockUpstream() as mock:
+        proc = forge(tmp_path, "run", "--mode", "forward", "--", sys.executable, "-c",
+                     OPENAI_CLIENT, OPENAI_BASE_URL=f"{mock.url}/v1",
+                     OPENAI_API_KEY="sk-dummy-generic")
+        assert proc.returncode == 0 and len(mock.requests) == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    warning = lines.index("forge-record: warning: the command ran but no model call was recorded")
+    assert lines[warning - 1].startswith("forge-record: session ")
+    assert "0 model calls" in lines[warning - 1]
+    assert lines[warning + 1] == (f"  likely: OPENAI_BASE_URL={mock.url}/v1 is on loopback, "
+                                  "which never goes through the proxy in forward mode: run "
+                                  "with --mode reverse")
+    assert lines[-1] == f"  check with: forge-record doctor --mode forward -- {sys.executable}"

@@ -25,7 +25,7 @@ from pathlib import Path
 import click
 import orjson
 
-from forge_record import launch, trust
+from forge_record import launch, node_proxy, trust
 from forge_record.commands.run import pick_shim, plan_route
 from forge_record.errors import ForgeRecordError, UsageError
 from forge_record.harness_shims import CaFiles, Shim
@@ -66,12 +66,24 @@ req.end();
 class Report:
     def __init__(self) -> None:
         self.failed = False
+        self.warnings = 0
 
     def check(self, ok: bool | None, label: str, detail: str = "") -> None:
         mark = {True: click.style("ok  ", fg="green"), False: click.style("FAIL", fg="red"),
                 None: "-   "}[ok]
         self.failed |= ok is False
         click.echo(f"  {mark} {label}" + (f": {detail}" if detail else ""))
+
+    def warn(self, label: str, detail: str) -> None:
+        """A finding that may break recording but does not fail the run (exit status 0)."""
+        self.warnings += 1
+        click.echo(f"  {click.style('warn', fg='yellow')} {label}: {detail}")
+
+    def result(self) -> str:
+        if self.failed:
+            return "problems found"
+        return "OK" + (f" ({self.warnings} warning{'s' * (self.warnings > 1)} above)"
+                       if self.warnings else "")
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -102,9 +114,11 @@ def doctor(harness, mode, no_self_test, command) -> None:
         if changed != argv:
             click.echo("command line it runs:\n  " + shlex.join(changed))
     _trust(route.mode, env, ca, environ, report)
+    if route.mode == "forward" and "NODE_USE_ENV_PROXY" in env:
+        _node_fetch(argv, environ, report)
     if not no_self_test:
         _self_test(shim, conf, ca, report)
-    click.echo("result: " + ("problems found" if report.failed else "OK"))
+    click.echo("result: " + report.result())
     if report.failed:
         raise SystemExit(1)
 
@@ -168,6 +182,31 @@ def _file_check(path: str, ours: bytes, replaces: bool) -> tuple[bool, str]:
     if len(certs) < 2:
         return False, f"{path} holds only the forge-record CA; every other host would fail"
     return True, f"{len(certs) - 1} system roots + the forge-record CA"
+
+
+# --- Node's built-in fetch ---------------------------------------------------------------
+
+
+def _node_fetch(argv, environ, report: Report) -> None:
+    """A harness that relies on NODE_USE_ENV_PROXY (the generic one) records nothing of a Node
+    program using the built-in fetch on a Node that ignores it (forge_record.node_proxy). A
+    FAIL when CMD is such a program, a warning when it may be."""
+    version = node_proxy.node_version(environ)
+    if version is None:
+        return
+    click.echo("proxy variables in Node:")
+    label = f"Node {node_proxy.describe(version)} built-in fetch"
+    if node_proxy.fetch_honours_env_proxy(version):
+        report.check(True, label, "honours HTTPS_PROXY with NODE_USE_ENV_PROXY=1")
+        return
+    detail = ("ignores HTTPS_PROXY and NODE_USE_ENV_PROXY (they need Node >= 22.21 or >= 24): "
+              "a Node program using it talks to its model host directly and is not recorded; "
+              "use a newer Node or reverse mode")
+    exe = shutil.which(argv[0], path=environ.get("PATH")) if argv else None
+    if exe and node_proxy.is_node_program(exe):
+        report.check(False, label, f"{argv[0]} runs on Node and {detail}")
+    else:
+        report.warn(label, detail)
 
 
 # --- the offline self-test ---------------------------------------------------------------

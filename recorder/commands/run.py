@@ -6,6 +6,7 @@ import gc
 import getpass
 import os
 import secrets
+import shutil
 import socket
 import sys
 import time
@@ -18,6 +19,7 @@ from forge_record import config, harness_shims, launch, trust
 from forge_record.commands.common import key_value, open_store, setup_logging, store_option
 from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
+from forge_record.harness_shims.base import LOOPBACK
 from forge_record.outcome import Failures, count
 from forge_record.paths import home, store_url
 from forge_record.records import Exchange, Session
@@ -109,6 +111,7 @@ def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[s
     base = shim.upstream_base(environ, argv)  # the user's gateway, a Codex custom provider
     if base is not None:
         hosts.add(urlsplit(base).hostname or "")
+    hosts |= {urlsplit(url).hostname or "" for url in shim.base_urls(environ).values()}
     return Route("forward", "regular", upstreams, hosts)
 
 
@@ -135,8 +138,11 @@ def record(
         started_at=time.time(),
     )
     seen = _VersionSniffer(shim)
+    captured = 0
 
     def sink(exchange: Exchange) -> None:
+        nonlocal captured
+        captured += 1
         seen(exchange)
         failures(exchange)
         writer.submit_exchange(session.id, exchange)
@@ -179,6 +185,8 @@ def record(
             writer.submit_end(session.id, time.time(), exit_code, harness_version=seen.version)
         writer.close()
     _print_summary(url, session.id, writer, failures)
+    if not captured:
+        _warn_nothing_recorded(argv, shim, route, dict(os.environ))
     return exit_code
 
 
@@ -220,6 +228,65 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
     if lost:
         parts.append(f"{lost} exchanges NOT stored (see warnings)")
     click.echo("forge-record: " + " · ".join(parts), err=True)
+
+
+def _warn_nothing_recorded(argv: list[str], shim: Shim, route: Route, environ: dict[str, str]
+                           ) -> None:
+    """The agent ran and not one model call reached the recorder: a run that records nothing
+    must not look like a success. Say so, with the likely causes and the doctor line."""
+    click.echo(click.style("forge-record: warning: the command ran but no model call was "
+                           "recorded", fg="yellow"), err=True)
+    for cause in _likely_causes(argv, shim, route, environ):
+        click.echo(f"  likely: {cause}", err=True)
+    harness = f" --harness {shim.name}" if shim.name != "generic" else ""
+    click.echo(f"  check with: forge-record doctor{harness} --mode {route.mode} -- {argv[0]}",
+               err=True)
+
+
+def _likely_causes(argv: list[str], shim: Shim, route: Route, environ: dict[str, str]
+                   ) -> list[str]:
+    """What most often makes a run record nothing, as found in this run: the specific causes,
+    else what the mode can see at all."""
+    from forge_record import node_proxy
+    from forge_record.harness_shims.generic import BASE_URL_VARS
+
+    causes = []
+    read_here = shim.base_urls(environ)
+    routed = shim.reverse_env("http://127.0.0.1", environ) if route.mode == "reverse" else {}
+    bases = {**{v: environ[v] for v in BASE_URL_VARS if environ.get(v)}, **read_here}
+    for var, url in bases.items():
+        if urlsplit(url).hostname not in LOOPBACK or var in routed:
+            continue
+        fix = ("--mode reverse" if var in read_here else
+               "--harness generic, which points it at the proxy in reverse mode")
+        causes.append(f"{var}={url} is on loopback, which never goes through the proxy "
+                      f"in {route.mode} mode: run with {fix}")
+    exe = shutil.which(argv[0], path=environ.get("PATH")) or argv[0]
+    if route.mode == "forward" and node_proxy.is_node_program(exe):
+        version = node_proxy.node_version(environ)
+        if version and not node_proxy.fetch_honours_env_proxy(version):
+            causes.append(f"{argv[0]} runs on Node {node_proxy.describe(version)}, whose "
+                          "built-in fetch ignores HTTPS_PROXY (NODE_USE_ENV_PROXY needs Node "
+                          ">= 22.21 or >= 24): use a newer Node, or reverse mode")
+    name, detected = os.path.basename(argv[0]), harness_shims.detect(argv)
+    if detected.name != shim.name:
+        causes.append(f"{name} has a harness of its own, but the {shim.name} harness was "
+                      f"used: try --harness {detected.name}")
+    elif shim.name == "generic":
+        known = ", ".join(s.name for s in harness_shims.SHIMS if s.name != "generic")
+        causes.append(f"{name} is not a CLI forge-record knows, so the generic harness was "
+                      f"used; if it is one of {known}, pass --harness NAME")
+    if causes:
+        return causes
+    if route.mode == "forward":
+        hosts = sorted(h for h in route.model_hosts if h not in LOOPBACK)
+        return [f"forward mode intercepts only the model hosts of the {shim.name} harness "
+                f"({', '.join(hosts)}): name another with --upstream HOST=URL"]
+    if routed:
+        return [f"reverse mode sees only the calls that {', '.join(sorted(routed))} sends "
+                "to the proxy; a client that takes its base URL elsewhere (a config file, a "
+                "login) is not recorded: try --mode forward"]
+    return []
 
 
 
