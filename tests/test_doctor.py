@@ -90,3 +90,17 @@ def test_trust_checks_can_fail(ca, tmp_path):
     ok, why = _file_check(str(system_only), ours, replaces=True)
     assert not ok and "does not hold the forge-record CA" in why
     assert not _file_check(str(tmp_path / "missing.pem"), ours, replaces=False)[0]
+
+
+def test_the_harness_line_says_where_the_harness_came_from(tmp_path):
+    """Only a given --harness is "from --harness" (issue 18)."""
+    said = {}
+    for name, args in (("none", ()), ("unknown", ("--", "no-such-agent-xyz")),
+                       ("given", ("--harness", "codex")), ("named", ("--", "gemini", "-p", "x"))):
+        out = doctor(tmp_path, "--no-self-test", *args).stdout
+        said[name] = next(line for line in out.splitlines() if line.startswith("harness: "))
+    assert said["given"] == "harness: codex (from --harness)"
+    assert said["named"] == "harness: gemini-cli (from the command name)"
+    assert "--harness" not in said["unknown"].replace("no --harness", "")
+    assert said["none"] == "harness: generic (the default: no --harness and no command)"
+    assert said["unknown"] == "harness: generic (no known CLI in the command)"
