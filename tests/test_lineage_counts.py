@@ -90,3 +90,20 @@ def test_a_broken_pipe_is_silent(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
     assert err == ""
+
+
+def test_export_min_calls_counts_a_retry_as_no_call(tmp_path):
+    import io
+
+    from forge_record.exporters import Filters, Options, export
+    from forge_record.records import ERROR
+
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    attempt = call(1, [user("go")], None, status=ERROR)
+    retry = call(2, [user("go")], said(Text(text="ok")), headers={"x-stainless-retry-count": "1"})
+    record(url, "d" * 16, [attempt, retry], started=time.time())
+    with open_store(url) as st:
+        for wanted, kept in ((1, 1), (2, 0)):
+            out = io.BytesIO()
+            tally = export(st, "calls", out, Filters(min_calls=wanted), Options())
+            assert tally.sessions == kept, (wanted, tally.summary("calls"))
