@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import click
@@ -26,7 +27,16 @@ from forge_record.commands import (
 from forge_record.errors import ForgeRecordError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `forge-record show last | head -1`: the reader had enough
+            _quiet_stdout()
+            raise click.exceptions.Exit(0) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="forge-record")
 def cli() -> None:
     """Record what coding agents send to and get from their models."""
@@ -71,3 +81,10 @@ def main() -> None:
         sys.exit(e.exit_code)
     else:
         logging.shutdown()
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what the closed pipe
+    did not take raises nothing either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

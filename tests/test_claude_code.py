@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 from claude_code_cli import DUMMY_KEY, claude_env, forge, interactive_claude  # noqa: F401 - fixture
+from export_checks import check_recorded_cli_session
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 
@@ -59,6 +60,7 @@ def test_claude_code_tool_call_is_recorded(claude_env, mode):  # noqa: F811
     db = Path(claude_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
         assert DUMMY_KEY.encode() not in path.read_bytes()
+    check_recorded_cli_session(claude_env["FORGE_RECORD_HOME"], session)
 
 
 def test_interactive_claude_code_owns_the_terminal(claude_env, tmp_path):  # noqa: F811

@@ -25,6 +25,7 @@ import orjson
 import pytest
 import zstandard
 from conftest import require
+from export_checks import check_recorded_cli_session
 from mitmproxy.test import taddons
 from test_websocket_chain import Socket, create, events_for
 
@@ -148,6 +149,7 @@ def test_custom_provider_over_http_sse(codex_env):
     second = check_tool_round_trip(session, "https://api.openai.com/v1/responses")
     assert "previous_response_id" not in second["request"]["parameters"]  # HTTP sends it all
     assert_no_key_stored(codex_env)
+    check_recorded_cli_session(codex_env["FORGE_RECORD_HOME"], session)
 
 
 @pytest.mark.slow
@@ -177,6 +179,7 @@ def test_builtin_provider_over_websocket(codex_env, mode):
         "previous_response_id"]
     assert second["http_status"] == 101
     assert_no_key_stored(codex_env)
+    check_recorded_cli_session(codex_env["FORGE_RECORD_HOME"], session)
 
 
 GATEWAY_PROVIDER = """\

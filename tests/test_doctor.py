@@ -138,3 +138,17 @@ def test_harnesses_with_their_own_proxy_agent_need_no_node_check(tmp_path):
     proc = doctor(tmp_path, "--no-self-test", "--harness", "pi", "--", "agent",
                   PATH=fake_node(tmp_path, "v20.20.2"))
     assert "built-in fetch" not in proc.stdout and proc.returncode == 0
+
+
+def test_the_harness_line_says_where_the_harness_came_from(tmp_path):
+    """Only a given --harness is "from --harness" (issue 18)."""
+    said = {}
+    for name, args in (("none", ()), ("unknown", ("--", "no-such-agent-xyz")),
+                       ("given", ("--harness", "codex")), ("named", ("--", "gemini", "-p", "x"))):
+        out = doctor(tmp_path, "--no-self-test", *args).stdout
+        said[name] = next(line for line in out.splitlines() if line.startswith("harness: "))
+    assert said["given"] == "harness: codex (from --harness)"
+    assert said["named"] == "harness: gemini-cli (from the command name)"
+    assert "--harness" not in said["unknown"].replace("no --harness", "")
+    assert said["none"] == "harness: generic (the default: no --harness and no command)"
+    assert said["unknown"] == "harness: generic (no known CLI in the command)"

@@ -4,12 +4,9 @@ semantic conventions (v1.41) say."""
 
 from __future__ import annotations
 
-import base64
-
 import orjson
 import pytest
-from google.protobuf import json_format
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from export_checks import as_protobuf
 from test_export_sessions import (
     PROMPT,
     SESSIONS,
@@ -28,21 +25,6 @@ CLIENT, INTERNAL = 3, 1
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     return recorded_store(tmp_path_factory.getbasetemp() / "export-sessions")
-
-
-def as_protobuf(line: dict) -> ExportTraceServiceRequest:
-    """Parse with the OTLP protobuf definitions. OTLP JSON writes ids as hex where protobuf's
-    own JSON mapping wants base64, so ids are converted first (and must be 16 / 8 bytes)."""
-    line = orjson.loads(orjson.dumps(line))
-    for rs in line["resourceSpans"]:
-        for ss in rs["scopeSpans"]:
-            for span in ss["spans"]:
-                for key, size in (("traceId", 16), ("spanId", 8), ("parentSpanId", 8)):
-                    if key in span:
-                        raw = bytes.fromhex(span[key])
-                        assert len(raw) == size, (key, span[key])
-                        span[key] = base64.b64encode(raw).decode()
-    return json_format.ParseDict(line, ExportTraceServiceRequest())
 
 
 def spans_of(line: dict) -> list[dict]:
@@ -148,3 +130,32 @@ def test_a_failed_call_has_an_error_status(url, tmp_path):
     assert chat["status"] == {"code": 2, "message": "Overloaded"}
     assert attrs(chat)["error.type"] == "overloaded_error"
     assert attrs(chat)["gen_ai.response.finish_reasons"] == ["error"]
+
+
+def test_a_subagent_span_sits_under_the_tool_call_that_spawned_it(tmp_path):
+    """Not under the chat span that asked for it: that one ends before the subagent starts."""
+    import io
+
+    from test_lineage import subagent_session
+    from test_lineage_commands import record
+
+    from forge_record.exporters.base import Options, Tally
+    from forge_record.exporters.otel import Exporter
+    from forge_record.exporters.units import load_session
+
+    store_url = f"sqlite:///{tmp_path / 'traces.db'}"
+    exchanges = subagent_session()
+    for n, ex in enumerate(exchanges):  # main asks, the subagent runs, main gets the result
+        ex.started_at, ex.ended_at = 1000.0 + 10 * n, 1005.0 + 10 * n
+    record(store_url, "a" * 16, exchanges, started=990.0)
+    out = io.BytesIO()
+    with open_store(store_url) as store:
+        Exporter(out, Options(), Tally()).write_session(load_session(store, "a" * 16))
+    spans = spans_of(orjson.loads(out.getvalue()))
+    by_id = {s["spanId"]: s for s in spans}
+    [agent] = [s for s in spans if attrs(s).get("gen_ai.agent.id", "").startswith("subagent-")
+               and attrs(s)["gen_ai.operation.name"] == "invoke_agent"]
+    parent = by_id[agent["parentSpanId"]]
+    assert parent["name"] == "execute_tool Agent"
+    assert int(parent["startTimeUnixNano"]) <= int(agent["startTimeUnixNano"])
+    assert int(agent["endTimeUnixNano"]) <= int(parent["endTimeUnixNano"])

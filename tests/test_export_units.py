@@ -281,3 +281,117 @@ def test_each_side_call_is_a_chat_of_its_own():
     chats = list(conversations(data, Options(include_side_calls=True), Tally()))
     assert [c.final.seq for c in chats] == [1, 2, 3]
     assert list(conversations(data, Options(), Tally()))[0].final.seq == 1
+
+
+# --- each turn in one line, weights from the segment's own calls (issue 18.2) ----------------
+
+
+def test_a_turn_copied_in_after_a_compaction_has_weight_0():
+    a = exchange(1, [user("go")], [call("a")])
+    b = exchange(2, [user("go"), said(call("a")), results("a")], [Text(text="All done.")])
+    # Claude Code after /compact: the summary, then the last assistant turn copied in
+    summary = user("This session is being continued: we ran ls.")
+    c = exchange(3, [summary, said(Text(text="All done.")), user("and now?")],
+                 [Text(text="Now nothing.")])
+    data = session([a, b, c], {1: ("main", "main", 0), 2: ("main", "main", 0),
+                               3: ("main", "main", 1)})
+    first, second = lines_of(data)
+    assert [m.get("weight") for m in first["messages"] if m["role"] == "assistant"] == [1, 1]
+    assert [m.get("weight") for m in second["messages"] if m["role"] == "assistant"] == [0, 1]
+
+
+def test_a_line_that_opens_a_longer_one_is_not_a_line_of_its_own():
+    a = exchange(1, [user("go")], [call("a")])
+    b = exchange(2, [user("go"), said(call("a")), results("a")], [Text(text="done")])
+    data = session([a, b], {1: ("main", "main", 0), 2: ("main-2", "main", 0)})
+    tally = Tally()
+    [line] = [c.final.seq for c in conversations(data, Options(), tally)]
+    assert line == 2 and tally.skipped == {"conversations contained in a longer one": 1}
+
+
+def test_a_fork_is_a_line_of_its_own_and_trains_only_its_own_turns():
+    a = exchange(1, [user("go")], [call("a")])
+    b = exchange(2, [user("go"), said(call("a")), results("a")], [Text(text="one")])
+    fork = exchange(3, [user("go"), said(call("a")),
+                        Message(role="tool", content=[ToolResult(
+                            tool_call_id="a", content=[Text(text="other")])])],
+                    [Text(text="two")])
+    data = session([a, b, fork], {1: ("main", "main", 0), 2: ("main", "main", 0),
+                                  3: ("main-2", "main", 0)})
+    main, forked = lines_of(data)
+    assert [m.get("weight") for m in main["messages"] if m["role"] == "assistant"] == [1, 1]
+    assert [m.get("weight") for m in forked["messages"] if m["role"] == "assistant"] == [0, 1]
+
+
+def test_a_system_input_item_is_the_system_prompt():
+    """pi sends its prompt as a Responses `input` item with role system; Codex its
+    instructions as developer items."""
+    from forge_record.exporters import sharegpt as sharegpt_export
+    prompt = Message(role="system", content=[Text(text="You are pi.")])
+    ex = Exchange(seq=1, dialect="openai.responses", status=COMPLETE,
+                  request=Request(model="m", tools=[SHELL], messages=[prompt, user("go")]),
+                  response=Response(model="m", content=[Text(text="ok")]))
+    data = main_only(ex)
+    [anthropic_line] = lines_of(data, anthropic_export)
+    assert anthropic_line["system"] == [{"type": "text", "text": "You are pi."}]
+    assert [m["role"] for m in anthropic_line["messages"]] == ["user", "assistant"]
+    [share] = lines_of(data, sharegpt_export)
+    assert share["system"] == "You are pi."
+    assert [t["from"] for t in share["conversations"]] == ["human", "gpt"]
+
+
+# --- every loss counted (issue 18.6) -------------------------------------------------------------
+
+
+def failed_tool_session() -> SessionData:
+    failed = Message(role="tool", content=[ToolResult(tool_call_id="a", is_error=True,
+                                                      content=[Text(text="exit 1")])])
+    a = exchange(1, [user("go")], [call("a")])
+    b = exchange(2, [user("go"), said(call("a")), failed], [Text(text="It failed.")])
+    return main_only(a, b)
+
+
+def test_a_tool_error_flag_is_counted_where_the_format_cannot_hold_it():
+    from forge_record.exporters import sharegpt as sharegpt_export
+    for fmt in (openai_export, sharegpt_export):
+        tally = Tally()
+        exporter_lines = [fmt.to_line(c, False, tally)
+                          for c in conversations(failed_tool_session(), Options(), tally)]
+        assert len(exporter_lines) == 1 and tally.dropped["tool error flags"] == 1, fmt
+        [kept] = lines_of(failed_tool_session(), fmt, keep=True)
+        extras = [x for turn in kept.get("messages", kept.get("conversations", []))
+                  for x in turn.get("x_extras", ())]
+        assert {"type": "tool_result", "is_error": True} in extras, fmt
+    [line] = lines_of(failed_tool_session(), anthropic_export)
+    assert any(b.get("is_error") for m in line["messages"] for b in m["content"]
+               if isinstance(b, dict))
+
+
+def test_a_developer_turn_inside_the_history_is_counted_as_merged_in_sharegpt():
+    from forge_record.exporters import sharegpt as sharegpt_export
+    note = Message(role="developer", content=[Text(text="Approval policy changed.")])
+    ex = exchange(1, [user("go"), said(Text(text="ok")), note, user("more")],
+                  [Text(text="done")])
+    tally = Tally()
+    [line] = [sharegpt_export.to_line(c, False, tally)
+              for c in conversations(main_only(ex), Options(), tally)]
+    assert tally.converted["developer turns merged into user turns"] == 1
+    assert "Approval policy changed." in line["conversations"][2]["value"]
+
+
+def test_codex_namespace_tools_export_as_their_functions():
+    spawn = {"type": "function", "name": "spawn_agent", "description": "Start an agent",
+             "parameters": {"type": "object", "properties": {"message": {"type": "string"}}}}
+    wait = {"type": "function", "name": "wait", "parameters": {"type": "object"}}
+    namespace = Tool(kind="namespace", name="multi_agent_v1",
+                     parameters={"description": "Agents", "tools": [spawn, wait]})
+    ex = Exchange(seq=1, dialect="openai.responses", status=COMPLETE,
+                  request=Request(model="m", tools=[SHELL, namespace], messages=[user("go")]),
+                  response=Response(model="m", content=[Text(text="ok")]))
+    tally = Tally()
+    [line] = [openai_export.to_line(c, False, tally)
+              for c in conversations(main_only(ex), Options(), tally)]
+    assert [t["function"]["name"] for t in line["tools"]] == ["shell", "spawn_agent", "wait"]
+    assert tally.converted["namespace tools (as their functions)"] == 1
+    assert "built-in tools" not in tally.dropped
+    assert openai_problems(line) == []

@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import require
+from export_checks import check_recorded_cli_session
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 
@@ -111,3 +112,5 @@ def test_gemini_cli_tool_call_is_recorded(gemini_env, mode):
     db = Path(gemini_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
         assert DUMMY_KEY.encode() not in path.read_bytes()
+    # Gemini CLI sends the call back with its own id: still one thread (issue 18.1)
+    check_recorded_cli_session(gemini_env["FORGE_RECORD_HOME"], session)

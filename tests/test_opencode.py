@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import require
+from export_checks import check_recorded_cli_session
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock.anthropic import text_message
@@ -110,3 +111,4 @@ def test_opencode_tool_call_is_recorded(opencode_env, mode):
     db = Path(opencode_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
         assert DUMMY_KEY.encode() not in path.read_bytes()
+    check_recorded_cli_session(opencode_env["FORGE_RECORD_HOME"], session)

@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import require
+from export_checks import check_recorded_cli_session
 
 from forge_record.mock import TOOL_MARKER, MockUpstream, Received, Reply
 
@@ -151,3 +152,4 @@ def test_qwen_code_tool_call_is_recorded(qwen_env, route):
     db = Path(qwen_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
         assert DUMMY_KEY.encode() not in path.read_bytes()
+    check_recorded_cli_session(qwen_env["FORGE_RECORD_HOME"], session)

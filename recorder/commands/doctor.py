@@ -96,7 +96,7 @@ def doctor(harness, mode, no_self_test, command) -> None:
     """Show how CMD would be recorded, and test the record path offline."""
     argv, environ, report = list(command), dict(os.environ), Report()
     shim = pick_shim(harness, argv)
-    _describe_command(argv, environ, shim, report)
+    _describe_command(argv, environ, shim, report, harness)
     try:
         route = plan_route(shim, mode, environ, {}, argv)
     except UsageError as e:
@@ -123,14 +123,20 @@ def doctor(harness, mode, no_self_test, command) -> None:
         raise SystemExit(1)
 
 
-def _describe_command(argv, environ, shim: Shim, report: Report) -> None:
+def _describe_command(argv, environ, shim: Shim, report: Report,
+                      harness: str | None = None) -> None:
     click.echo("forge-record doctor")
     if argv:
         try:
             report.check(True, f"command {argv[0]}", launch.resolve(argv, environ))
         except ForgeRecordError as e:
             report.check(False, f"command {argv[0]}", str(e))
-    how = "from --harness" if not argv or shim.name == "generic" else "from the command name"
+    if harness:
+        how = "from --harness"
+    elif argv:
+        how = "from the command name" if shim.name != "generic" else "no known CLI in the command"
+    else:
+        how = "the default: no --harness and no command"
     click.echo(f"harness: {shim.name} ({how})")
     click.echo(f"model hosts intercepted in forward mode: {', '.join(shim.model_hosts)}")
 

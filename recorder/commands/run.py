@@ -17,9 +17,11 @@ import click
 
 from forge_record import config, harness_shims, launch, trust
 from forge_record.commands.common import key_value, open_store, setup_logging, store_option
+from forge_record.commands.sessions import counted
 from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
 from forge_record.harness_shims.base import LOOPBACK
+from forge_record.lineage import session_usage
 from forge_record.outcome import Failures, count
 from forge_record.paths import home, store_url
 from forge_record.records import Exchange, Session
@@ -211,6 +213,8 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
         store = open_store(url)
         try:
             s = store.session_summary(session_id)
+            # the counts `sessions` and `show` print (forge_record.lineage.usage)
+            s = counted(s, session_usage(store.iter_exchanges(session_id), s["harness"]))
         finally:
             store.close()
     except StoreError as e:  # the agent's exit code still wins
@@ -220,8 +224,9 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
     parts = [
         f"session {session_id}",
         count(s["calls"], "model call"),
+        *([f"{s['retries']} retr{'y' if s['retries'] == 1 else 'ies'}"] if s["retries"] else []),
         count(s["tool_calls"], "tool call"),
-        f"{s['input_tokens'] or 0:,} in / {s['output_tokens'] or 0:,} out tokens",
+        f"{s['tokens_in']:,} in / {s['output_tokens']:,} out tokens",
     ]
     if failures.total:  # say so, or a run that reached no model reads like one that worked
         parts.append(failures.summary())

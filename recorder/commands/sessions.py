@@ -7,7 +7,10 @@ calls such as a small model's title call do not count) has a fingerprint matchin
 filter given. Fingerprints are derived from the stored exchanges at read time
 (forge_record.lineage); nothing is cached in the store yet, so a filtered listing reads the
 exchanges of each session it looks at, newest first, and stops at --limit matches.
-Without filters only the session rows are read.
+Calls, retries, side calls and tokens are counted as lineage counts them
+(forge_record.lineage.usage: the one definition `run`, `show`, `view` and the exports use):
+a retry is not a call, side calls are apart, "tokens in" is every prompt token read (uncached
++ cache read + cache write). So each listed session's exchanges are read once.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import orjson
 
 from forge_record.commands.common import open_store, store_option
 from forge_record.identity import HASH_PREFIX
-from forge_record.lineage import analyze
+from forge_record.lineage import analyze, session_usage
 from forge_record.lineage.fingerprint import Fingerprint
 
 
@@ -41,7 +44,11 @@ def sessions(store, as_json, limit, harness, version, model, system_hash, tools_
     wanted = _Filter(harness, version, model, system_hash, tools_hash, betas)
     st = open_store(store)
     try:
-        rows = st.list_sessions(limit) if not wanted.active else _filtered(st, wanted, limit)
+        if wanted.active:
+            rows = _filtered(st, wanted, limit)
+        else:
+            rows = [counted(row, session_usage(st.iter_exchanges(row["id"]), row["harness"]))
+                    for row in st.list_sessions(limit)]
     finally:
         st.close()
     if as_json:
@@ -53,15 +60,24 @@ def sessions(store, as_json, limit, harness, version, model, system_hash, tools_
         click.echo(hint, err=True)
         return
     click.echo(f"{'SESSION':<16}  {'STARTED':<16}  {'HARNESS':<12}  "
-               "CALLS  TOOLS  TOKENS IN/OUT  EXIT/STATUS")
+               "CALLS  RETRIES  TOOLS  TOKENS IN/OUT  EXIT/STATUS")
     for r in rows:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
-        tokens = f"{_total_in(r):,}/{r['output_tokens'] or 0:,}"
+        tokens = f"{r['tokens_in']:,}/{r['output_tokens']:,}"
         exit_code = _exit_column(r)
         click.echo(
             f"{r['id']:<16}  {started:<16}  {(r['harness'] or '-'):<12}  "
-            f"{r['calls']:>5}  {r['tool_calls']:>5}  {tokens:>13}  {exit_code:>4}"
+            f"{r['calls']:>5}  {r['retries']:>7}  {r['tool_calls']:>5}  {tokens:>13}  "
+            f"{exit_code:>4}"
         )
+
+
+def counted(row: dict, usage: dict) -> dict:
+    """The session row with the counts of forge_record.lineage.usage in place of the store's
+    per-exchange sums (which count a retry as a call and a title call's tokens as spend)."""
+    keys = ("calls", "retries", "side_calls", "tokens_in", "input_tokens", "output_tokens",
+            "cache_read_tokens", "cache_write_tokens")
+    return row | {k: usage[k] for k in keys}
 
 
 class _Filter:
@@ -93,15 +109,12 @@ def _filtered(st, wanted: _Filter, limit: int) -> list[dict]:
         for fp in fingerprints:  # the session row knows the version when headers did not
             fp.version = fp.version or row["harness_version"]
         if any(wanted.matches(fp) for fp in fingerprints):
+            row = counted(row, lineage.usage)
             row["fingerprints"] = [asdict(fp) for fp in fingerprints]
             out.append(row)
             if len(out) == limit:
                 break
     return out
-
-
-def _total_in(row: dict) -> int:
-    return sum(row[k] or 0 for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
 
 
 def _exit_column(row: dict) -> str:

@@ -11,6 +11,7 @@ place in the lineage (thread, role, parent, side_kind, retry_of, segment, finger
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 import orjson
@@ -49,4 +50,4 @@ def _place(call: Call) -> dict:
 
 def _is_terminal() -> bool:
     # Colour is for a person at a terminal: never in a pipe or a file, never with NO_COLOR.
-    return click.get_text_stream("stdout").isatty() and not os.environ.get("NO_COLOR")
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")

@@ -43,6 +43,12 @@ class Loss:
         if self.keep:
             self.kept.append(block_to_dict(block))
 
+    def lose(self, why: str, kept: dict[str, Any]) -> None:
+        """Something that is not a block (a flag, a role) the format cannot hold."""
+        self.tally.dropped[why] += 1
+        if self.keep:
+            self.kept.append(kept)
+
     def attach(self, message: dict[str, Any]) -> dict[str, Any]:
         if self.kept:
             message[EXTRAS_KEY] = self.kept
@@ -91,11 +97,15 @@ def arguments_object(call: ToolCall, kinds: dict[str, str], tally: Tally) -> dic
 
 def function_tools(tools: list[Tool], tally: Tally) -> list[Tool]:
     """The client tools as plain functions; the API's built-in tools are dropped, freeform
-    ones take a one-string schema."""
+    ones take a one-string schema, a namespace (Codex's `multi_agent_v1`: functions the
+    client runs, grouped under one name) becomes its functions."""
     out = []
     for tool in tools:
         if tool.kind == "function":
             out.append(tool)
+        elif tool.kind == "namespace" and (inner := namespace_functions(tool)):
+            tally.converted["namespace tools (as their functions)"] += 1
+            out += inner
         elif tool.kind == "custom":
             tally.converted["freeform tools (as {input})"] += 1
             out.append(Tool(name=tool.name, description=tool.description,
@@ -103,6 +113,15 @@ def function_tools(tools: list[Tool], tally: Tally) -> list[Tool]:
         else:
             tally.dropped["built-in tools"] += 1
     return out
+
+
+def namespace_functions(tool: Tool) -> list[Tool]:
+    """The function tools inside a Responses `namespace` tool (its spec keeps `tools`)."""
+    inner = (tool.parameters or {}).get("tools") if isinstance(tool.parameters, dict) else None
+    return [Tool(name=t["name"], description=t.get("description"),
+                 parameters=t.get("parameters"))
+            for t in inner or () if isinstance(t, dict) and t.get("name")
+            and t.get("type", "function") == "function"]
 
 
 def meta(conversation: Any) -> dict[str, Any]:

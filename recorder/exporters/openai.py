@@ -109,6 +109,8 @@ def _assistant(blocks: list[Block], trained: bool, kinds, keep: bool, tally: Tal
 def _tool_message(result: ToolResult, keep: bool, tally: Tally) -> dict[str, Any]:
     loss = Loss(tally, keep)
     content = join_text(result.content, loss, sep="\n")
+    if result.is_error:  # a tool message has no field for it
+        loss.lose("tool error flags", {"type": "tool_result", "is_error": True})
     return loss.attach({"role": "tool", "tool_call_id": result.tool_call_id, "content": content})
 
 

@@ -3,8 +3,11 @@
 One line per session, one trace per session (ids derive from the session id, so exporting
 twice gives the same trace). Spans follow the GenAI semantic conventions (v1.41):
 - `invoke_agent {harness}` (INTERNAL): the session, with `gen_ai.conversation.id`;
-- `invoke_agent {harness}` (INTERNAL) for each subagent or side thread, under the call that
-  spawned it when lineage knows it, with `gen_ai.agent.id` = the thread id;
+- `invoke_agent {harness}` (INTERNAL) for each subagent or side thread, with
+  `gen_ai.agent.id` = the thread id: under the `execute_tool` span of the tool call that
+  spawned it when lineage knows it (that span lasts until the result came back, as long as
+  the subagent ran; the chat span that asked ends before the subagent starts), else under
+  the spawner's thread, else under the session;
 - `{operation} {model}` (CLIENT) per model call: `chat`, or `generate_content` for Gemini,
   with provider, models, response id, finish reasons, usage (`gen_ai.usage.input_tokens`
   counts cached tokens too, as the conventions ask), time to first chunk, server address,
@@ -82,6 +85,7 @@ class _Trace:
         self.session = data.session
         self.trace_id = _id("trace", self.session.id, size=16)
         self.root_id = _id(self.session.id, "session", size=8)
+        self.fallbacks: dict[str, str] = {}  # span id -> its parent when its own is missing
 
     def span_id(self, *key: object) -> str:
         return _id(self.session.id, *key, size=8)
@@ -105,7 +109,19 @@ class _Trace:
             parents[thread.id] = self._thread_span(thread, mine, out)
             out += self._tool_spans(thread, mine, parents[thread.id])
         out += [self._call_span(ex, parents[self.data.calls[ex.seq].thread]) for ex in kept]
+        self._adopt(out)
         return out
+
+    def _adopt(self, spans: list[dict[str, Any]]) -> None:
+        """A subagent's span sits under the `execute_tool` span of the tool call that spawned
+        it (the spawning chat span ends when the model has asked, long before the subagent
+        ends); without that span, under the spawner's thread, else the session."""
+        ids = {s["spanId"] for s in spans}
+        for span in spans:
+            if span.get("parentSpanId") in ids:
+                continue
+            fallback = self.fallbacks.get(span["spanId"], self.root_id)
+            span["parentSpanId"] = fallback if fallback in ids else self.root_id
 
     def _span(self, span_id, parent, name, kind, start, end, attrs, status=None) -> dict:
         span = {"traceId": self.trace_id, "spanId": span_id, "name": name, "kind": kind,
@@ -121,9 +137,13 @@ class _Trace:
         if thread.role == "main":
             return self.root_id
         span_id = self.span_id("thread", thread.id)
-        parent = self.span_id("call", thread.spawned_by[0]) if thread.spawned_by else None
-        if parent is None or thread.spawned_by[0] not in self.kept_seqs:
-            parent = self.root_id
+        parent = self.root_id
+        if thread.spawned_by and thread.spawned_by[0] in self.kept_seqs:
+            seq, call_id = thread.spawned_by
+            parent = self.span_id("tool", seq, call_id)  # see _adopt
+            spawner = self.data.calls[seq]
+            self.fallbacks[span_id] = self.root_id if spawner.thread_role == "main" else \
+                self.span_id("thread", spawner.thread)
         out.append(self._span(span_id, parent, f"invoke_agent {self.session.harness or 'agent'}",
                               INTERNAL, mine[0].started_at,
                               max(ex.ended_at or ex.started_at for ex in mine), {

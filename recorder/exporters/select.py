@@ -2,7 +2,8 @@
 
 Sessions come oldest first (a dataset reads in the order things happened). `--session` refs
 are resolved as `show` resolves them (id, unique prefix, `last`); otherwise every session is
-listed and filtered by harness, user, start time, tags, label and call count. `--tag K=V`
+listed and filtered by harness, user, start time, tags, label and call count (calls as
+forge_record.lineage.usage counts them, the count `sessions` and `show` print). `--tag K=V`
 matches the session's tags and its label's tags (the label's win), so an outcome recorded
 with `forge-record label --tag` selects like a tag given at `run`. Each session left out is
 counted by reason.
@@ -18,6 +19,7 @@ from typing import Any
 
 from forge_record.errors import UsageError
 from forge_record.exporters.base import Tally
+from forge_record.lineage import session_usage
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -68,6 +70,12 @@ def session_ids(store: Any, filters: Filters, tally: Tally) -> list[str]:
     return kept
 
 
+def _calls(store: Any, summary: dict[str, Any]) -> int:
+    """Calls as `sessions` and `show` count them (lineage.usage: a retry is not a call, side
+    calls are apart), not the store's count of model exchanges."""
+    return session_usage(store.iter_exchanges(summary["id"]), summary.get("harness"))["calls"]
+
+
 def skip_reason(summary: dict[str, Any], f: Filters, store: Any) -> str | None:
     if f.harness and summary.get("harness") != f.harness:
         return "other harness"
@@ -77,7 +85,7 @@ def skip_reason(summary: dict[str, Any], f: Filters, store: Any) -> str | None:
         return "before --since"
     if f.until is not None and summary["started_at"] >= f.until:
         return "after --until"
-    if f.min_calls is not None and summary.get("calls", 0) < f.min_calls:
+    if f.min_calls is not None and _calls(store, summary) < f.min_calls:
         return "fewer calls than --min-calls"
     if f.labelled or f.tags:
         label = store.get_label(summary["id"])

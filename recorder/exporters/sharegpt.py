@@ -12,7 +12,10 @@ positions, `gpt` or `function_call` on even ones, ending on the model's side. So
   line) when it holds tool results, with any user text that came along appended after a
   blank line (counted as "user text merged into observations"); `human` otherwise.
 `tools` is a JSON string of `[{"name", "description", "parameters"}]`, as LLaMA-Factory's
-tool formatter parses it. Reasoning, images and other blocks are dropped and counted.
+tool formatter parses it. Reasoning, images and other blocks are dropped and counted, and so
+is a tool result's error flag ("tool error flags", x_extras with --keep-extras). `system` is
+the system prompt, with the system/developer messages the history opens with; one later in
+the history joins the user turn it is in (counted as "... turns merged into user turns").
 A conversation that still cannot alternate (it opens on the model's side) is skipped.
 """
 
@@ -109,6 +112,12 @@ def _user_turn(run: list[Message], keep: bool, tally: Tally) -> dict[str, Any] |
     results = [b for m in run for b in m.content if isinstance(b, ToolResult)]
     rest = [b for m in run for b in m.content if not isinstance(b, ToolResult)]
     text = join_text(rest, loss)
+    for m in run:  # ShareGPT has one system prompt; a system turn later on is user text
+        if m.role in ("system", "developer") and m.content:
+            tally.converted[f"{m.role} turns merged into user turns"] += 1
+    for r in results:
+        if r.is_error:  # an observation has no field for it
+            loss.lose("tool error flags", {"type": "tool_result", "is_error": True})
     if results:
         outputs = [join_text(r.content, loss, sep="\n") for r in results]
         if text:

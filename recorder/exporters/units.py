@@ -9,7 +9,11 @@ which thread, segment and role each call has. The exporters then take one of thr
   agent resends its whole history on every call, so the segment's last usable call holds the
   conversation: its request messages, then its response as the final assistant message. A
   segment ends where the context was replaced (compaction), so each segment is its own chat.
-  Side calls are unrelated one-off requests: each one is a chat of its own;
+  Side calls are unrelated one-off requests: each one is a chat of its own. The system or
+  developer messages a history opens with are the chat's system prompt; a conversation
+  whose turns all open another of the session (a thread lineage could not join to it) is
+  left out, so each turn is in one line only; an assistant turn is trained on only when a
+  call of its own segment answered it;
 - a thread (`threads`): every call of one thread, in order, for trajectories.
 
 Which units are wanted is decided by `Options` (main thread only or subagents too, side
@@ -27,6 +31,7 @@ from typing import IO, Any
 from forge_record import lineage
 from forge_record.exporters.base import JsonLines, Options, Tally
 from forge_record.exporters.pairing import message_key, pair_tool_results, trained_keys
+from forge_record.lineage.signals import message_hash
 from forge_record.records import COMPLETE, Block, Exchange, Message, Session, Tool
 
 
@@ -193,21 +198,50 @@ def threads(
 
 
 def conversations(data: SessionData, options: Options, tally: Tally) -> Iterator[Conversation]:
-    """One conversation per wanted thread segment; see the module docstring."""
-    # What any complete call of the session answered: a turn the harness wrote itself
-    # matches none of them, however lineage threaded the calls.
-    keys = trained_keys(ex for ex in data.exchanges.values() if ex.status == COMPLETE)
+    """One conversation per wanted thread segment; see the module docstring. A conversation
+    whose turns all open another one of the session is that one's beginning, not a line of
+    its own."""
+    made = list(_segment_conversations(data, options, tally))
+    keys = [_turn_keys(c) for c in made]
+    for i, conversation in enumerate(made):
+        if any(j != i and _opens(keys[i], keys[j], i < j) for j in range(len(made))):
+            tally.skipped["conversations contained in a longer one"] += 1
+            continue
+        yield conversation
+
+
+def _segment_conversations(data: SessionData, options: Options, tally: Tally
+                           ) -> Iterator[Conversation]:
     for thread, kept in threads(data, options, tally):
         for segment, calls_in in _chats(data, thread, kept):
             final = _final_call(calls_in)
             if final is None:
                 tally.skipped["segments with no response"] += 1
                 continue
+            # What this segment's own calls answered: a turn the harness wrote or copied in
+            # (after a compaction, the last turn of the segment before) matches none of them.
+            keys = trained_keys(data.exchanges[s] for s in thread.seqs
+                                if data.calls[s].segment == segment
+                                and data.exchanges[s].status == COMPLETE)
             conversation = _conversation(data, thread, segment, final, keys, tally)
             if not any(conversation.trained):
                 tally.skipped["segments with nothing to train on"] += 1
                 continue
             yield conversation
+
+
+def _turn_keys(conversation: Conversation) -> list[str]:
+    """The turns as lineage tells them apart (what the model saw, tool ids and reasoning
+    aside), the system prompt first."""
+    system = Message(role="system", content=conversation.system)
+    return [message_hash(m) for m in (system, *conversation.messages)]
+
+
+def _opens(short: list[str], long: list[str], earlier: bool) -> bool:
+    """Whether `short` is the beginning of `long` (for two equal ones, the later is kept)."""
+    if len(short) > len(long) or (len(short) == len(long) and not earlier):
+        return False
+    return long[:len(short)] == short
 
 
 def _chats(data: SessionData, thread: ThreadInfo, kept: list[Exchange]):
@@ -228,14 +262,28 @@ def _final_call(calls_in: list[Exchange]) -> Exchange | None:
 
 def _conversation(data, thread, segment, final: Exchange, keys, tally: Tally) -> Conversation:
     reply = Message(role="assistant", content=list(final.response.content))
-    messages = pair_tool_results([*final.request.messages, reply], tally)
+    system, history = _lift_system(final.request.system, final.request.messages)
+    messages = pair_tool_results([*history, reply], tally)
     trained = [m.role == "assistant" and message_key(m.content) in keys for m in messages]
     trained[-1] = final.status == COMPLETE and bool(message_key(messages[-1].content))
     if any(trained):  # a chat ends on what the model said: cut what follows its last turn
         end = max(i for i, t in enumerate(trained) if t) + 1
         messages, trained = messages[:end], trained[:end]
-    return Conversation(data, thread, segment, final, list(final.request.system),
+    return Conversation(data, thread, segment, final, system,
                         list(final.request.tools), messages, trained)
+
+
+def _lift_system(system: list[Block], messages: list[Message]
+                 ) -> tuple[list[Block], list[Message]]:
+    """The system prompt, with the system/developer messages the history opens with: a
+    Responses request may carry its prompt as an `input` item with role `system` (pi) or
+    `developer` (Codex's instructions), and every format has a place for a system prompt."""
+    lead = 0
+    while lead < len(messages) and messages[lead].role in ("system", "developer"):
+        lead += 1
+    if not lead:
+        return list(system), list(messages)
+    return [*system, *(b for m in messages[:lead] for b in m.content)], list(messages[lead:])
 
 
 class ConversationExporter:

@@ -26,6 +26,7 @@ from forge_record.records import (
     Block,
     Exchange,
     Message,
+    Reasoning,
     Request,
     Text,
     ToolCall,
@@ -158,9 +159,43 @@ def _memoized_message(message: Message, memo: HashMemo) -> str:
 
 
 def message_hash(message: Message) -> str:
-    """Identity of a message within one analysis (identity.local_hash: never stored)."""
-    # Empty text blocks carry nothing and some clients drop them when they resend history.
-    return local_hash([message.role, [b for b in message.content if not _empty_text(b)]])
+    """Identity of a message within one analysis (identity.local_hash: never stored): what
+    the model saw, not the bytes a client happened to send (`turn_identity`)."""
+    return local_hash([message.role, turn_identity(message.content)])
+
+
+def turn_identity(blocks: list[Block]) -> list[Any]:
+    """The blocks as a client resending them would keep them, whatever it re-encodes:
+
+    - text is what it says: adjacent text blocks are one text (a response streamed in many
+      parts comes back as one part or as several), empty ones are left out (some clients
+      drop them when they resend history);
+    - reasoning is left out, text, signature and encrypted content alike: the harness decides
+      what of it goes back (Anthropic clients resend it verbatim, Gemini CLI blanks the thought
+      text and moves or makes up `thoughtSignature`s, Codex resends encrypted items), and a
+      signature-only part is not a turn of its own;
+    - a tool call is its name and parsed arguments (`{"command":"x"}` and `{"command": "x"}`
+      are one call: Python clients re-serialize them), without its id; a tool result is its
+      content, name and error flag, without the id it answers. The Gemini API sends no ids
+      and Gemini CLI makes up its own when it sends the history back; where an API does send
+      them the order of the blocks still pairs calls with results.
+    """
+    out: list[Any] = []
+    for b in blocks:
+        if type(b) is Text and not b.citations:
+            if b.text:
+                if out and type(out[-1]) is str:
+                    out[-1] += b.text
+                else:
+                    out.append(b.text)
+        elif isinstance(b, ToolCall):
+            args = b.arguments_raw if b.parse_error else b.arguments
+            out.append(("tool_call", b.name, args, b.server))
+        elif isinstance(b, ToolResult):
+            out.append(("tool_result", b.name, b.is_error, turn_identity(b.content)))
+        elif not (isinstance(b, Reasoning) or _empty_text(b)):
+            out.append(b)
+    return out
 
 
 def side_kind_of(ex: Exchange, codex_label: str = "",

@@ -21,12 +21,13 @@ ones.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from forge_record.lineage import Call, Lineage, Thread, analyze
+from forge_record.lineage import Call, Lineage, Thread, analyze, tokens_in
 from forge_record.lineage.fingerprint import BILLING_PREFIX
 from forge_record.lineage.signals import message_hash
 from forge_record.records import Block, Exchange, Message, Session, Text, session_to_dict
@@ -137,7 +138,7 @@ def build_view(session: Session, exchanges: list[Exchange],
     calls = {e.seq: _call_view(e, lineage.calls[e.seq], by_seq, origin, names, spawns)
              for e in exchanges}
     return View(
-        session=session_to_dict(session),
+        session=session_to_dict(session) | {"command": shlex.join(session.argv)},
         summary=dict(summary or {}),
         usage=lineage.usage,
         threads=[_thread_view(t, depth, calls) for t, depth in _tree(lineage.threads)],
@@ -216,7 +217,8 @@ def _call_view(ex: Exchange, call: Call, by_seq: dict[int, Exchange], origin: fl
         ttfb=_seconds(ex.started_at, ex.first_byte_at),
         usage={"input": usage.input_tokens, "output": usage.output_tokens,
                "cache_read": usage.cache_read_tokens, "cache_write": usage.cache_write_tokens,
-               "reasoning": usage.reasoning_tokens} if usage else {},
+               "reasoning": usage.reasoning_tokens, "tokens_in": tokens_in(usage)}
+        if usage else {},
         stop_reason=response.stop_reason if response else None,
         error=_error(response.error) if response and response.error else None,
         messages=[MessageView(role=m.role, parts=[part_of(b, m.role, names) for b in m.content])

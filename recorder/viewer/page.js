@@ -20,14 +20,18 @@
     return e;
   }
   const num = (n) => (n == null ? "–" : Number(n).toLocaleString("en-US"));
+  const count = (n, one, many) => `${num(n)} ${n === 1 ? one : many || one + "s"}`;
   const secs = (s) => (s == null ? "–" : s < 1 ? `${Math.round(s * 1000)} ms` : `${s.toFixed(1)} s`);
   const short = (h) => (h || "").replace(/^fr1:/, "").slice(0, 12) || "-";
   const link = (href, text) => Object.assign(el("a", null, text), { href });
 
   function tokens(u) {
     if (!u) return "";
-    const parts = [`${num(u.input ?? u.input_tokens)} in`, `${num(u.output ?? u.output_tokens)} out`];
+    // "in" is every prompt token read (forge_record.lineage.usage), its parts beside it
+    const input = u.input ?? u.input_tokens;
     const read = u.cache_read ?? u.cache_read_tokens, write = u.cache_write ?? u.cache_write_tokens;
+    const parts = [`${num(u.tokens_in ?? input)} in`, `${num(u.output ?? u.output_tokens)} out`];
+    if (read || write) parts.push(`${num(input)} uncached`);
     if (read) parts.push(`${num(read)} cache read`);
     if (write) parts.push(`${num(write)} cache write`);
     if (u.reasoning) parts.push(`${num(u.reasoning)} reasoning`);
@@ -44,10 +48,11 @@
     const when = s.started_at ? new Date(s.started_at * 1000).toLocaleString() : "?";
     const took = s.ended_at && s.started_at ? ` · ${secs(s.ended_at - s.started_at)}` : "";
     head.append(el("div", "meta", `${s.harness || "-"} ${s.harness_version || ""} · ${when}${took}`));
-    if (s.argv && s.argv.length) head.append(el("div", "meta", `$ ${s.argv.join(" ")}`));
+    if (s.argv && s.argv.length) head.append(el("div", "meta", `$ ${s.command || s.argv.join(" ")}`));
     head.append(el("div", "meta", `in ${s.cwd || "?"} · exit ${s.exit_code ?? "?"}`));
-    head.append(el("div", "meta", `${num(u.calls)} model calls · ${num(u.retries)} retries · ` +
-      `${num(u.side_calls)} side calls · ${num(sum.tool_calls)} tool calls`));
+    head.append(el("div", "meta", `${count(u.calls, "model call")} · ` +
+      `${count(u.retries, "retry", "retries")} · ${count(u.side_calls, "side call")} · ` +
+      `${count(sum.tool_calls, "tool call")}`));
     head.append(el("div", "meta", `tokens: ${tokens(u)}`));
     const tags = Object.entries(s.tags || {});
     if (tags.length) head.append(el("div", "meta", "tags: " + tags.map(([k, v]) => `${k}=${v}`).join(", ")));
@@ -59,7 +64,7 @@
       const a = link(`#thread-${t.id}`, t.id);
       a.style.paddingLeft = `${6 + 14 * (t.depth || 0)}px`;
       const from = t.spawned_by ? ` · from #${t.spawned_by[0]}` : "";
-      a.append(el("div", "sub", `${t.role} · ${(t.calls || []).length} calls${from} · ${tokens(t.usage)}`));
+      a.append(el("div", "sub", `${t.role} · ${count((t.usage || {}).calls, "call")}${from} · ${tokens(t.usage)}`));
       nav.append(a);
       threadParts[t.id] = { link: a };
     }
@@ -128,7 +133,7 @@
     if (t.spawned_by) bits.push(`spawned by #${t.spawned_by[0]} (${t.spawned_by[1]})`);
     else if (t.parent_thread) bits.push(`from ${t.parent_thread}`);
     const u = t.usage || {};
-    bits.push(`${num(u.calls)} calls` + (u.retries ? `, ${num(u.retries)} retries` : ""));
+    bits.push(count(u.calls, "call") + (u.retries ? `, ${count(u.retries, "retry", "retries")}` : ""));
     bits.push(tokens(u));
     const busy = (t.calls || []).reduce((a, c) => a + (c.duration || 0), 0);
     bits.push(`${secs(busy)} in calls`);

@@ -13,6 +13,7 @@ characters, thinking to 300, tool calls and results to 400, anything to 12 lines
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ import click
 import orjson
 
 from forge_record.identity import short
+from forge_record.lineage import tokens_in
 from forge_record.viewer.model import CallView, MessageView, Part, ThreadView, View
 
 STEP = "    "  # how far a subagent thread is indented under its parent
@@ -116,9 +118,15 @@ def _header(view: View) -> Iterator[str]:
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["started_at"]))
     version = f" {s['harness_version']}" if s.get("harness_version") else ""
     yield f"session {s['id']}  {s.get('harness') or '-'}{version}  started {started}"
-    yield f"  $ {' '.join(s.get('argv') or [])}   (in {s.get('cwd')}, exit {s.get('exit_code')})"
-    yield (f"  {u['calls']} model calls, {u['retries']} retries, {u['side_calls']} side calls, "
-           f"{summary.get('tool_calls', '?')} tool calls, {len(view.threads)} threads")
+    where = [f"in {s['cwd']}"] if s.get("cwd") else []
+    where.append(_ending(s, summary))
+    yield f"  $ {shlex.join(s.get('argv') or [])}   ({', '.join(where)})"
+    counts = [plural(u["calls"], "model call"), plural(u["retries"], "retry", "retries"),
+              plural(u["side_calls"], "side call")]
+    if summary.get("tool_calls") is not None:
+        counts.append(plural(summary["tool_calls"], "tool call"))
+    counts.append(plural(len(view.threads), "thread"))
+    yield "  " + ", ".join(counts)
     yield f"  tokens: {_tokens(u)}; side calls {_tokens(u['side'])}"
     if s.get("tags"):
         yield "  tags: " + ", ".join(f"{k}={v}" for k, v in s["tags"].items())
@@ -126,12 +134,28 @@ def _header(view: View) -> Iterator[str]:
     for fp in (f for f in view.fingerprints if f.id in used):
         yield (f"  fingerprint: {fp.harness or '-'} {fp.version or '-'} {fp.model or '-'}"
                f" · system {short(fp.system_hash)} · tools {short(fp.tools_hash)}"
-               f" · {len(fp.betas)} betas")
+               f" · {plural(len(fp.betas), 'beta')}")
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def _ending(session: dict, summary: dict) -> str:
+    """`exit 0`, or what is known instead: still recording, or the recorder died."""
+    if session.get("exit_code") is not None:
+        return f"exit {session['exit_code']}"
+    status = summary.get("status")
+    return {"recording": "still recording", "interrupted": "interrupted, no exit code"}.get(
+        status or "", "no exit code")
 
 
 def _tokens(u: dict) -> str:
-    return (f"{u['input_tokens']:,} in, {u['output_tokens']:,} out, "
-            f"{u['cache_read_tokens']:,} cache read, {u['cache_write_tokens']:,} cache write")
+    """Tokens in as lineage.usage defines them (every prompt token read), then the parts."""
+    parts = [f"{u['input_tokens']:,} uncached"]
+    parts += [f"{u[k]:,} {name}" for k, name in (("cache_read_tokens", "cache read"),
+                                                 ("cache_write_tokens", "cache write")) if u[k]]
+    return f"{tokens_in(u):,} in ({', '.join(parts)}), {u['output_tokens']:,} out"
 
 
 def _thread_line(t: ThreadView) -> str:
@@ -141,18 +165,20 @@ def _thread_line(t: ThreadView) -> str:
         parts.append(f"spawned by #{t.spawned_by[0]} ({t.spawned_by[1]})")
     elif t.parent_thread:
         parts.append(f"from {t.parent_thread}")
-    parts.append(f"{u['calls']} calls" + (f", {u['retries']} retries" if u["retries"] else ""))
-    parts.append(f"{u['input_tokens']:,} in / {u['output_tokens']:,} out")
+    retries = f", {plural(u['retries'], 'retry', 'retries')}" if u["retries"] else ""
+    parts.append(plural(u["calls"], "call") + retries)
+    parts.append(f"{tokens_in(u):,} in / {u['output_tokens']:,} out")
     return " · ".join(parts)
 
 
 def _call_line(c: CallView) -> str:
     took = f"{c.duration:.1f}s" if c.duration is not None else "-"
     u = c.usage
-    tokens = f", {u['input'] or 0} in / {u['output'] or 0} out" if u else ""
+    tokens = f", {u['tokens_in']} in / {u['output'] or 0} out" if u else ""
     flags = f" [{', '.join(c.flags)}]" if c.flags else ""
     kind = "" if c.kind == "model" else f" ({c.kind})"
-    return f"#{c.seq} {c.model or '?'}{kind} · {c.status} {c.http_status} · {took}{tokens}{flags}"
+    http = f" {c.http_status}" if c.http_status is not None else ""
+    return f"#{c.seq} {c.model or '?'}{kind} · {c.status}{http} · {took}{tokens}{flags}"
 
 
 def _compact(p: Part) -> str:
