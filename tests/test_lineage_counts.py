@@ -20,6 +20,7 @@ from test_lineage import call, said, user
 from test_lineage_commands import busy_session, forge, record
 
 from forge_record.commands import run as run_command
+from forge_record.outcome import Failures
 from forge_record.records import Session, Text, Usage
 from forge_record.store import open_store
 from forge_record.viewer.model import build_view
@@ -44,7 +45,7 @@ def test_run_sessions_show_and_view_count_alike(tmp_path, capsys):
     with open_store(url) as st:
         view = build_view(st.get_session("a" * 16), list(st.iter_exchanges("a" * 16)))
     writer = SimpleNamespace(spool_left=0, dropped=0, failed=0)
-    run_command._print_summary(url, "a" * 16, writer)
+    run_command._print_summary(url, "a" * 16, writer, Failures())
     closing = capsys.readouterr().err
     # 4 conversation calls + 1 retry (the failed attempt is the first), a title and count_tokens
     assert shown["calls"] == listed["calls"] == view.usage["calls"] == 5

@@ -124,14 +124,14 @@ def test_auto_mode(name, environ, mode):
     ("aider", {}, {"OPENAI_API_BASE": PROXY + "/v1"}),
     ("goose", {"GOOSE_PROVIDER": "anthropic"}, {"ANTHROPIC_HOST": PROXY}),
     ("goose", {"GOOSE_PROVIDER": "OpenAI"}, {"OPENAI_HOST": PROXY}),
-    ("llm", {}, {"OPENAI_BASE_URL": PROXY}),
+    ("llm", {}, {"OPENAI_BASE_URL": PROXY + "/v1"}),
     # every common variable holding the first one's base URL, none holding another
     ("generic", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1/",
                  "OPENAI_API_BASE": "http://127.0.0.1:8000/v1",
                  "ANTHROPIC_BASE_URL": "http://127.0.0.1:9000"},
-     {"OPENAI_BASE_URL": PROXY, "OPENAI_API_BASE": PROXY}),
+     {"OPENAI_BASE_URL": PROXY + "/v1", "OPENAI_API_BASE": PROXY + "/v1"}),
     ("generic", {"ANTHROPIC_BASE_URL": "https://gw.example/anthropic"},
-     {"ANTHROPIC_BASE_URL": PROXY}),
+     {"ANTHROPIC_BASE_URL": PROXY + "/anthropic"}),
 ])
 def test_reverse_env(name, environ, expected):
     assert shim(name).reverse_env(PROXY, environ) == expected
@@ -154,7 +154,7 @@ def test_opencode_reverse_merges_the_users_inline_config():
     ("goose", {"GOOSE_PROVIDER": "ollama", "OLLAMA_HOST": "127.0.0.1:11434"},
      "reverse:http://127.0.0.1:11434", {}),
     ("generic", {"OPENAI_API_BASE": "http://127.0.0.1:8000/v1"}, "reverse:http://127.0.0.1:8000",
-     {"127.0.0.1": "http://127.0.0.1:8000/v1"}),
+     {}),  # the CLI gets the proxy under /v1, so the path needs no mapping back
 ])
 def test_reverse_route_keeps_the_users_upstream(name, environ, mitm, upstreams):
     route = plan_route(shim(name), "reverse", environ, {})

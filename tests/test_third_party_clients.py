@@ -153,22 +153,15 @@ def test_aider_creates_a_file_and_is_recorded(env, route):
         "assistant", edits.listing("hello.txt"), 1)
 
 
-AIDER_REBUILDS_CONTEXT = (
-    "aider rebuilds the file-context messages before the user's turn on every call (after the "
-    "edit 'I am not sharing any files' becomes 'I have *added these files to the chat*'), so "
-    "the second call's history does not extend the first's and lineage starts main-2")
-
-
 def test_aider_second_call_of_a_conversation(env):
     """Its test command fails once, so aider sends the output back: two calls, both recorded
-    and complete. One thread is the right result, but lineage follows histories that extend
-    each other, which aider's do not (AIDER_REBUILDS_CONTEXT): an expected failure until
-    lineage knows aider's context messages; it passes by itself once it does."""
+    and complete, in one thread, although aider rebuilds the file-context messages before the
+    user's turn on every call ('I am not sharing any files' becomes 'I have *added these files
+    to the chat*'), so the second call's history does not extend the first's."""
     mock, calls = run_aider(env, "reverse", *FAILING_TEST, one_thread=False)
     assert len(calls) == 2
     assert "first-run-fails" in orjson.dumps(calls[1]["request"]["messages"]).decode()
-    if {c["thread"] for c in calls} != {"main"}:
-        pytest.xfail(AIDER_REBUILDS_CONTEXT)
+    assert {c["thread"] for c in calls} == {"main"}
 
 
 # --- llm ------------------------------------------------------------------------------------

@@ -169,7 +169,8 @@ def turn_identity(blocks: list[Block]) -> list[Any]:
 
     - text is what it says: adjacent text blocks are one text (a response streamed in many
       parts comes back as one part or as several), empty ones are left out (some clients
-      drop them when they resend history);
+      drop them when they resend history), and whitespace at its ends does not count (aider
+      strips the model's answer before it sends it back);
     - reasoning is left out, text, signature and encrypted content alike: the harness decides
       what of it goes back (Anthropic clients resend it verbatim, Gemini CLI blanks the thought
       text and moves or makes up `thoughtSignature`s, Codex resends encrypted items), and a
@@ -195,7 +196,7 @@ def turn_identity(blocks: list[Block]) -> list[Any]:
             out.append(("tool_result", b.name, b.is_error, turn_identity(b.content)))
         elif not (isinstance(b, Reasoning) or _empty_text(b)):
             out.append(b)
-    return out
+    return [x.strip() if type(x) is str else x for x in out]
 
 
 def side_kind_of(ex: Exchange, codex_label: str = "",

@@ -99,6 +99,10 @@ class _Fold:
         self.threads: dict[str, _ThreadState] = {}
         self.fingerprints: dict[str, Fingerprint] = {}
         self.ends: dict[str, list[int]] = {}  # chain hash of messages + reply -> seqs
+        # (newest non-system request message, reply) -> seqs: a call's latest turn, found
+        # wherever a later request carries it
+        self.turns: dict[tuple[str, str], list[int]] = {}
+        self.turn_of: dict[int, str] = {}  # seq -> that message's hash
         self.nodes: dict[str, int] = {}  # chain hash of any message prefix -> latest seq
         self.attempts: dict[str, list[int]] = {}  # request hash -> its attempts
         self.tool_calls: dict[str, int] = {}  # tool call id -> seq whose reply made it
@@ -116,6 +120,7 @@ class _Fold:
         chain = _chains(sig.messages, hashes, chains)
         if ex.request is not None:
             self.recent[key] = (ex.request.messages, sig.messages, chain)
+            self._note_turn(ex.request.messages, sig)
         self.signals[sig.seq] = sig
         client = client_of(ex.request_headers)[0]
         call = (self._retry(sig) or self._side(sig, chain) or self._subagent(sig, chain)
@@ -174,7 +179,7 @@ class _Fold:
             state = next((s for s in reversed(self.threads.values()) if in_main(s)), None)
             if state is not None:
                 return self._call_in(state, sig, state.thread.calls[-1])
-        parent = self._extended(chain, sig, in_main)
+        parent = self._extended(chain, sig, in_main) or self._rebuilt(sig, in_main)
         if parent is not None:
             state = self.threads[self.calls[parent].thread]
             if self._goes_on_from(state, parent):
@@ -213,6 +218,17 @@ class _Fold:
         if end is not None:
             self.ends.setdefault(end, []).append(sig.seq)
             self.nodes[end] = sig.seq
+        turn = self.turn_of.get(sig.seq)
+        if turn is not None and sig.reply:
+            self.turns.setdefault((turn, sig.reply), []).append(sig.seq)
+
+    def _note_turn(self, messages: list, sig: Signals) -> None:
+        """The call's newest message that is not a system one: aider sends a system
+        reminder after the user's turn, and drops it from the history it resends."""
+        for i in range(len(messages) - 1, -1, -1):
+            if messages[i].role != "system":
+                self.turn_of[sig.seq] = sig.messages[i]
+                return
         for call_id, _name, _prompt in sig.tool_calls:
             self.tool_calls.setdefault(call_id, sig.seq)
 
@@ -223,6 +239,19 @@ class _Fold:
             for seq in reversed(self.ends.get(chain[k - 1], ())):
                 same = k == len(chain) and self.signals[seq].messages == sig.messages
                 if not same and accept(self.threads[self.calls[seq].thread]):
+                    return seq
+        return None
+
+    def _rebuilt(self, sig: Signals, accept) -> int | None:
+        """The latest accepted call whose last turn (its newest non-system message, then its
+        reply) the request carries on from, under the same first message, when what came
+        before that turn was rebuilt: aider re-renders its file-context messages on every
+        call, so its histories never extend each other, yet they are one conversation."""
+        messages = sig.messages
+        for i in range(len(messages) - 3, -1, -1):  # the turn must be followed by more
+            for seq in reversed(self.turns.get((messages[i], messages[i + 1]), ())):
+                if self.signals[seq].messages[0] == messages[0] and accept(
+                        self.threads[self.calls[seq].thread]):
                     return seq
         return None
 
