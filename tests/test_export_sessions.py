@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import io
-import time
 from pathlib import Path
 
 import anthropic
@@ -22,10 +21,10 @@ import openai
 import orjson
 from google import genai
 from google.genai import types as genai_types
+from support import Arrivals
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
 from forge_record.exporters import Filters, Options, export
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock import anthropic as mock_anthropic
@@ -48,15 +47,6 @@ ANTHROPIC_TOOLS = [{"name": "Bash", "description": "Run a command", "input_schem
 OPENAI_TOOL = {"name": "exec_command", "description": "Run a shell command",
                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
                               "required": ["cmd"]}}
-
-
-class Arrivals(list):
-    def wait(self, n: int, timeout: float = 10.0) -> list:
-        deadline = time.monotonic() + timeout
-        while len(self) < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(self) >= n, f"{len(self)} of {n} exchanges arrived"
-        return [finalize(e) for e in self[:n]]
 
 
 def thinking_script(request: dict) -> dict:
@@ -84,7 +74,7 @@ def recorded_store(tmp_root: Path) -> str:
             runs = [(d, drive(d, base, mock)) for d in SESSIONS]
         finally:
             proxy.stop()
-        exchanges = arrivals.wait(sum(n for _, n in runs))
+        exchanges = arrivals.finalized(sum(n for _, n in runs))
     store = open_store(url)
     try:
         taken = 0
