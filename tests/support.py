@@ -7,7 +7,9 @@ nothing here is a fixture, and no test module imports from another test module.
   parametrize over; `make_session`, `make_exchange` (every block kind and optional field),
   `realistic_exchanges` (a synthetic Claude Code session through the real decoder), the
   secret-header helpers and the `check_*` round trips each backend must pass.
-- Proxies: `Arrivals`, the sink a test's recording proxy hands exchanges to.
+- Proxies: `Arrivals`, the sink a test's recording proxy hands exchanges to; `Socket`, a
+  WebSocket flow driven through the WebSocket addon's hooks, with `create` and `events_for`
+  (a Responses call's client and server frames).
 """
 
 from __future__ import annotations
@@ -19,10 +21,16 @@ import time
 import uuid
 from pathlib import Path
 
+import orjson
 import psycopg
 import pytest
+from mitmproxy import websocket
+from mitmproxy.test import tflow
+from mitmproxy.websocket import WebSocketMessage
 
+from forge_record.addons.websocket import WebSocketRecorder
 from forge_record.capture import finalize
+from forge_record.mock.openai_ws import frames
 from forge_record.records import (
     ERROR,
     Exchange,
@@ -248,3 +256,53 @@ class Arrivals(list):
     def finalized(self, n: int, timeout: float = 10.0) -> list[Exchange]:
         """`wait`, then each exchange folded and parsed as the writer would (`finalize`)."""
         return [finalize(e) for e in self.wait(n, timeout)]
+
+
+# --- WebSocket, hooks driven directly -----------------------------------------------------
+
+
+def create(*items, previous=None, **fields) -> bytes:
+    event = {"type": "response.create", "model": "gpt-5.4", "input": list(items), **fields}
+    if previous:
+        event["previous_response_id"] = previous
+    return orjson.dumps(event)
+
+
+def events_for(response_id, output) -> list[bytes]:
+    """The server frames of a completed response, cut as the mock cuts them."""
+    response = {"id": response_id, "object": "response", "status": "completed",
+                "model": "gpt-5.4", "output": output,
+                "usage": {"input_tokens": 50, "output_tokens": 5, "total_tokens": 55}}
+    return list(frames(response))
+
+
+class Socket:
+    """A WebSocket flow to api.openai.com driven through the addon's hooks."""
+
+    def __init__(self, addon: WebSocketRecorder, host="api.openai.com",
+                 path="/v1/responses") -> None:
+        self.addon = addon
+        self.flow = tflow.twebsocketflow(messages=False)
+        req = self.flow.request
+        req.scheme, req.host, req.port, req.path = "https", host, 443, path
+        req.headers["host"] = host
+        req.headers["session-id"] = "sess-1"
+        req.headers["authorization"] = "Bearer sk-dummy-never-stored"
+        self.flow.websocket.messages = []
+        addon.requestheaders(self.flow)
+        addon.websocket_start(self.flow)
+
+    def send(self, data: bytes, from_client: bool) -> WebSocketMessage:
+        message = WebSocketMessage(websocket.Opcode.TEXT, from_client, data)
+        self.flow.websocket.messages.append(message)
+        self.addon.websocket_message(self.flow)
+        return message
+
+    def call(self, request: bytes, responses: list[bytes]) -> None:
+        self.send(request, True)
+        for frame in responses:
+            self.send(frame, False)
+
+    def close(self, code=1000) -> None:
+        self.flow.websocket.close_code = code
+        self.addon.websocket_end(self.flow)
