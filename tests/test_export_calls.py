@@ -9,7 +9,7 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from test_export_sessions import (
+from recorded_sessions import (
     PROMPT,
     SESSIONS,
     TOOL_OUTPUT,

@@ -8,9 +8,8 @@ import orjson
 import pytest
 from anthropic.types import MessageParam, ToolParam
 from claude_code_cli import claude_env, forge  # noqa: F401 - fixture
+from formats import llama_factory_reads, openai_problems
 from pydantic import TypeAdapter
-from test_export_openai import openai_problems
-from test_export_sharegpt import llama_factory_reads
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 

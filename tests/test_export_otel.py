@@ -10,7 +10,7 @@ import orjson
 import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from test_export_sessions import (
+from recorded_sessions import (
     PROMPT,
     SESSIONS,
     SYSTEM,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from test_export_sessions import (
+from formats import llama_factory_reads
+from recorded_sessions import (
     PROMPT,
     SESSIONS,
     SYSTEM,
@@ -17,7 +18,7 @@ from test_export_sessions import (
 )
 
 from forge_record.exporters.base import Tally
-from forge_record.exporters.sharegpt import alternates, to_line
+from forge_record.exporters.sharegpt import to_line
 from forge_record.exporters.units import Conversation, ThreadInfo
 from forge_record.records import Exchange, Message, Request, Response, Text
 
@@ -27,25 +28,6 @@ FINAL = f"The command printed: {TOOL_OUTPUT}"
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     return recorded_store(tmp_path_factory.getbasetemp() / "export-sessions")
-
-
-def llama_factory_reads(line: dict) -> list[str]:
-    """What LLaMA-Factory's sharegpt converter and tool formatter would refuse."""
-    problems = []
-    turns = line["conversations"]
-    if not alternates(turns):
-        problems.append("turns do not alternate user side / model side, ending on the model")
-    for turn in turns:
-        if turn["from"] == "function_call":
-            calls = orjson.loads(turn["value"])
-            for call in calls if isinstance(calls, list) else [calls]:
-                if set(call) != {"name", "arguments"}:
-                    problems.append(f"function_call {call}")
-        elif not isinstance(turn["value"], str):
-            problems.append(f"value of {turn['from']} is not a string")
-    if line["tools"] and not isinstance(orjson.loads(line["tools"]), list):
-        problems.append("tools is not a JSON list")
-    return problems
 
 
 @pytest.mark.parametrize("dialect", list(SESSIONS))

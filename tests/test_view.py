@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import require
-from test_export_sessions import SESSIONS, TOOL_OUTPUT, recorded_store
+from recorded_sessions import SESSIONS, TOOL_OUTPUT, recorded_store
 from test_view_model import HOSTILE, hostile_session, session_of, store_session
 
 from forge_record.cli import cli
