@@ -7,6 +7,8 @@ nothing here is a fixture, and no test module imports from another test module.
   parametrize over; `make_session`, `make_exchange` (every block kind and optional field),
   `realistic_exchanges` (a synthetic Claude Code session through the real decoder), the
   secret-header helpers and the `check_*` round trips each backend must pass.
+- The writer process: `captured(seq)`, an exchange as the addon hands it over (raw bodies,
+  a request holding the dummy token SECRET, the response not folded yet).
 - Proxies: `Arrivals`, the sink a test's recording proxy hands exchanges to; `Socket`, a
   WebSocket flow driven through the WebSocket addon's hooks, with `create` and `events_for`
   (a Responses call's client and server frames).
@@ -235,6 +237,35 @@ def count(store_url: str, table: str) -> int:
         import sqlalchemy as sa
 
         return conn.scalar(sa.text(f"SELECT count(*) FROM {table}"))
+
+
+# --- the writer process -----------------------------------------------------------------
+
+SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub-token-shaped dummy
+STREAM = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":'
+    b'"message","role":"assistant","model":"claude-x","content":[],"usage":{"input_tokens":3,'
+    b'"output_tokens":1}}}\n\n'
+    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    b'"content_block":{"type":"text","text":""}}\n\n'
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"hello"}}\n\n'
+    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":2}}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+
+
+def captured(seq: int) -> Exchange:
+    """An exchange as the addon hands it over: raw bodies, response not folded yet."""
+    body = ('{"model":"claude-x","max_tokens":9,"stream":true,"messages":[{"role":"user",'
+            f'"content":"my token is {SECRET}"}}]}}').encode()
+    return Exchange(dialect="anthropic.messages", seq=seq, url="https://api.anthropic.com/v1/"
+                    "messages", status="pending", http_status=200, first_byte_at=1.0,
+                    raw_request=body,
+                    raw_response=STREAM,
+                    response_headers={"content-type": "text/event-stream"})
 
 
 # --- proxies -----------------------------------------------------------------------------

@@ -192,3 +192,17 @@ def test_a_forbidden_import_is_caught(monkeypatch):
     monkeypatch.setitem(GRAPH, "forge_record.store.reader",
                         GRAPH["forge_record.store.reader"] | {"forge_record.addons.recorder"})
     assert ("forge_record.store.reader", "forge_record.addons.recorder") in violations()
+
+
+def test_no_test_module_imports_another():
+    # Shared helpers live in conftest.py (fixtures), support.py and the named helper modules
+    # (claude_code_cli.py, codex_cli.py, recorded_sessions.py, ...), never in a test module.
+    found = {}
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if name.partition(".")[0].startswith("test_"):
+                    found.setdefault(path.name, []).append(name)
+    assert found == {}

@@ -9,7 +9,7 @@ import time
 import orjson
 import pytest
 from click.testing import CliRunner
-from test_lineage import (
+from lineage_sessions import (
     M1,
     M2,
     MAIN_SYSTEM,
