@@ -17,7 +17,8 @@ no blank line ended, but a recorder keeps what arrived, so `flush()` dispatches 
 The framing is its own layer, `LineFramer`: bytes in, blocks of whole lines out (and
 `lines_of` turns a block into its lines). `SSEDecoder` parses what it frames; a dialect whose
 stream holds more than SSE (Gemini's raw JSON error lines) frames with it too and hands the
-SSE lines to `SSEDecoder.lines`, so every dialect splits lines the same way.
+SSE lines to `SSEDecoder.lines` (a block of nothing else to `SSEDecoder.block`), so every
+dialect splits lines the same way.
 """
 
 from __future__ import annotations

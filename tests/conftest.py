@@ -2,6 +2,10 @@
 tests/ on sys.path; there is deliberately no tests/__init__.py).
 
 - `require`: skip a test whose prerequisite is missing (but fail under CI=true).
+- Store fixtures, found by pytest without an import: `store` and `store_url` (each test on
+  SQLite and on the real Postgres: one fresh database per test module, emptied before each
+  test), `backend`, `pg_admin`, `pg_module_url`, `new_database`. Their helpers and the other
+  shared helpers are in tests/support.py.
 - Decoder tests: the captured streams under tests/data/sse/<provider>/, the chunkings every
   stream is decoded under, the decoding itself, and an httpx2 client that answers with a
   captured stream so the official SDKs can read the very same bytes.
@@ -17,11 +21,14 @@ from typing import Any
 
 import httpx2
 import orjson
+import psycopg
 import pytest
 from hypothesis import strategies as st
+from support import ADMIN_URL, BACKENDS, create_database, empty_postgres, libpq
 
 from forge_record.errors import DecodeError
 from forge_record.records import Response, response_from_dict, response_to_dict
+from forge_record.store import default_store_url, open_store
 
 SSE_DATA = Path(__file__).parent / "data" / "sse"
 
@@ -126,3 +133,60 @@ def sse_http_client(body: bytes) -> httpx2.Client:
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
     return httpx2.Client(transport=httpx2.MockTransport(handler))
+
+
+# --- store fixtures ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pg_admin():
+    conn, problem = None, ""
+    try:
+        conn = psycopg.connect(libpq(ADMIN_URL), autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as e:
+        problem = " ".join(str(e).split())
+    require(conn is not None, f"Postgres is not reachable at {ADMIN_URL}: {problem}")
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def new_database(pg_admin):
+    """A factory of fresh, empty databases, dropped after the test."""
+    made = []
+
+    def make() -> str:
+        made.append(create_database(pg_admin))
+        return ADMIN_URL.rsplit("/", 1)[0] + "/" + made[-1]
+
+    yield make
+    for name in made:
+        pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def pg_module_url(pg_admin):
+    name = create_database(pg_admin)
+    yield ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store_url(backend, request, tmp_path) -> str:
+    """An empty store's URL, on each backend."""
+    if backend == "sqlite":
+        return default_store_url(tmp_path / "home")
+    url = request.getfixturevalue("pg_module_url")
+    empty_postgres(url)
+    return url
+
+
+@pytest.fixture
+def store(store_url):
+    with open_store(store_url) as s:
+        yield s

@@ -14,20 +14,23 @@ JavaScript `exec` tool, so the runs ask for gpt-5.4, which offers `exec_command`
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import orjson
 import pytest
 import zstandard
-from conftest import require
+from codex_cli import (  # noqa: F401 - the fixture
+    CODEX_VERSION,
+    DUMMY_KEY,
+    PROMPT,
+    codex_env,
+    forge,
+)
 from export_checks import check_recorded_cli_session
 from mitmproxy.test import taddons
-from test_websocket_chain import Socket, create, events_for
+from support import Socket, create, events_for
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
@@ -40,11 +43,6 @@ from forge_record.harness_shims.codex import Codex
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.trust import confdir
 
-CODEX_VERSION = "0.171.0"
-ROOT = Path(__file__).resolve().parent.parent
-DUMMY_KEY = "sk-proj-dummy-codex-e2e-key-never-real-0000"
-FORGE = str(Path(sys.executable).with_name("forge-record"))
-PROMPT = f"Run the {TOOL_MARKER} command"
 CUSTOM_PROVIDER = """\
 model_provider = "gateway"
 [model_providers.gateway]
@@ -53,36 +51,6 @@ base_url = "https://api.openai.com/v1"
 env_key = "OPENAI_API_KEY"
 wire_api = "responses"
 """
-
-
-def find_codex() -> str | None:
-    local = ROOT / ".cache/npm/node_modules/.bin/codex"
-    return str(local) if local.exists() else shutil.which("codex")
-
-
-@pytest.fixture
-def codex_env(tmp_path):
-    codex = find_codex()
-    require(codex is not None, "Codex is not installed (scripts/test installs it with npm)")
-    version = subprocess.run([codex, "--version"], capture_output=True, text=True,
-                             timeout=30).stdout.split()[-1:]
-    require(version == [CODEX_VERSION], f"Codex {version} found, these tests pin {CODEX_VERSION}")
-    home, codex_home = tmp_path / "home", tmp_path / "codex-home"
-    home.mkdir()
-    codex_home.mkdir()
-    return {
-        "PATH": f"{Path(codex).parent}{os.pathsep}{os.environ['PATH']}",
-        "HOME": str(home),
-        "CODEX_HOME": str(codex_home),
-        "TMPDIR": str(tmp_path),
-        "FORGE_RECORD_HOME": str(tmp_path / "forge"),
-        "OPENAI_API_KEY": DUMMY_KEY,
-    }
-
-
-def forge(env, *args, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run([FORGE, *args], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=timeout, cwd=env["HOME"])
 
 
 def run_codex(env, mock, *forge_args) -> subprocess.CompletedProcess:
@@ -139,7 +107,7 @@ def assert_no_key_stored(env) -> None:
 
 @pytest.mark.slow
 @pytest.mark.cli
-def test_custom_provider_over_http_sse(codex_env):
+def test_custom_provider_over_http_sse(codex_env):  # noqa: F811
     (Path(codex_env["CODEX_HOME"]) / "config.toml").write_text(CUSTOM_PROVIDER)
     with MockUpstream() as mock:
         run_codex(codex_env, mock)  # auto mode: forward
@@ -155,7 +123,7 @@ def test_custom_provider_over_http_sse(codex_env):
 @pytest.mark.slow
 @pytest.mark.cli
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
-def test_builtin_provider_over_websocket(codex_env, mode):
+def test_builtin_provider_over_websocket(codex_env, mode):  # noqa: F811
     config = Path(codex_env["CODEX_HOME"]) / "config.toml"
     config.write_text("# the user's own config\n")
     with MockUpstream() as mock:
@@ -195,7 +163,7 @@ wire_api = "responses"
 @pytest.mark.slow
 @pytest.mark.cli
 @pytest.mark.parametrize("how", ["config.toml", "-c"])
-def test_custom_provider_in_reverse_mode_goes_through_the_proxy(codex_env, how):
+def test_custom_provider_in_reverse_mode_goes_through_the_proxy(codex_env, how):  # noqa: F811
     """A custom model_provider (its own base_url, with a path) is routed with a -c override
     of its base_url; offline, gw.example answers only through --upstream."""
     config = Path(codex_env["CODEX_HOME"]) / "config.toml"

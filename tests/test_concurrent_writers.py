@@ -3,21 +3,13 @@ exchange is stored, none waits in a spool, no write fails (no lock errors), and 
 session reads back exactly. They record the same conversation, so they also race to store
 the very same blobs."""
 
-# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 
 from __future__ import annotations
 
 import multiprocessing
 
 import pytest
-from test_store import (  # noqa: F401 - fixtures
-    backend,
-    make_session,
-    pg_admin,
-    pg_module_url,
-    realistic_exchanges,
-    store_url,
-)
+from support import make_session, realistic_exchanges
 
 from forge_record.store import Writer, open_store
 

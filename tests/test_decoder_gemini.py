@@ -21,7 +21,6 @@ import orjson
 import pytest
 from conftest import (
     SSE_DATA,
-    assert_every_chunking_agrees,
     chunkings,
     decode_chunks,
     record_round_trip,
@@ -31,10 +30,10 @@ from conftest import (
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
+from support import Arrivals
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
 from forge_record.decoders.gemini import CODE_ASSIST, GENERATE
 from forge_record.errors import DecodeError
 from forge_record.mock import TOOL_MARKER, MockUpstream
@@ -69,21 +68,7 @@ def stream(name: str, dialect=None):
     return decode([CASES[name]], dialect or (CODE_ASSIST if name == "code_assist" else GENERATE))
 
 
-# --- the fold does not depend on chunking or line endings ------------------------------------
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_every_chunking_gives_the_same_response(name):
-    dialect = CODE_ASSIST if name == "code_assist" else GENERATE
-    assert_every_chunking_agrees(lambda chunks: decode(chunks, dialect), CASES[name], MAX_CUTS)
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_line_endings_do_not_matter(name):
-    dialect = CODE_ASSIST if name == "code_assist" else GENERATE
-    lf = CASES[name].replace(b"\r\n", b"\n")
-    assert decode([lf], dialect) == decode([CASES[name]], dialect)
-    assert decode([lf.replace(b"\n", b"\r\n")], dialect) == decode([CASES[name]], dialect)
+# --- mixed line endings (the contract itself: test_decoder_contract.py) ---------------------
 
 
 def _event(text: str, stop: str | None = None) -> bytes:
@@ -408,17 +393,6 @@ TOOL_REQUEST = {
 }
 
 
-class Arrivals(list):
-    """The exchanges the sink got; the client can finish a moment before the proxy's
-    `response` hook has run, so reading them waits for the expected number."""
-
-    def wait(self, n: int, timeout: float = 5.0) -> list:
-        deadline = time.monotonic() + timeout
-        while len(self) < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return [finalize(e) for e in self]
-
-
 @pytest.fixture(scope="module")
 def ca_home(tmp_path_factory):
     return tmp_path_factory.mktemp("ca")  # one CA for the module: a key pair costs a second
@@ -465,7 +439,7 @@ def test_client_gets_the_bytes_of_a_direct_call(proxied, mock, query):
     http, base, exchanges = proxied
     direct = raw_post(httpx2.Client(), mock.url + STREAM_PATH + query, TOOL_REQUEST)
     assert raw_post(http, base + STREAM_PATH + query, TOOL_REQUEST) == direct
-    [ex] = exchanges.wait(1)
+    [ex] = exchanges.finalized(1)
     assert ex.raw_response == direct and ex.status == COMPLETE, ex.flags
     assert "x-goog-api-key" not in ex.request_headers
 
@@ -484,7 +458,7 @@ def test_sdk_stream_through_the_proxy_is_recorded_as_the_sdk_saw_it(proxied):
                 model="gemini-2.5-flash", contents=f"please run {TOOL_MARKER}", config=config)]
     for chunk in seen:
         chunk.pop("sdkHttpResponse", None)
-    [ex] = exchanges.wait(1)
+    [ex] = exchanges.finalized(1)
     assert ex.dialect == "gemini.generate" and ex.status == COMPLETE, ex.flags
     assert ex.url.startswith(f"https://{GEMINI_HOST}/v1")  # the SDK picks the API version
     assert ex.url.endswith("/models/gemini-2.5-flash:streamGenerateContent?alt=sse")
@@ -505,7 +479,7 @@ def test_code_assist_through_the_proxy(proxied):
     url = f"https://{CODE_ASSIST_HOST}" if base.startswith("https://") else base
     raw = raw_post(http, url + "/v1internal:streamGenerateContent?alt=sse", envelope)
     assert b'"traceId"' in raw
-    [ex] = exchanges.wait(1)
+    [ex] = exchanges.finalized(1)
     assert ex.dialect == "gemini.code_assist" and ex.status == COMPLETE, ex.flags
     assert ex.request.model == "gemini-2.5-pro" and ex.request.stream
     assert ex.request.parameters["code_assist"] == {"project": "proj-1"}
@@ -524,7 +498,7 @@ def test_plain_http_to_an_unknown_host_is_recorded_when_it_speaks_gemini(mock, c
     try:
         raw_post(http, mock.url + STREAM_PATH + "?alt=sse", TOOL_REQUEST)
         http.post(mock.url + STREAM_PATH, content=b"not a model call")
-        [ex] = exchanges.wait(1)
+        [ex] = exchanges.finalized(1)
         time.sleep(0.2)
     finally:
         http.close()

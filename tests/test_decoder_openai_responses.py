@@ -13,17 +13,14 @@ import openai
 import orjson
 import pytest
 from conftest import (
-    assert_every_chunking_agrees,
     assert_json_body_breaks_the_protocol,
-    chunked,
-    corrupted,
     decode_chunks,
     decode_json_body,
     record_round_trip,
     sse_cases,
     sse_http_client,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_record.decoders.openai_responses import (
@@ -55,17 +52,7 @@ def events(name: str) -> list[dict]:
             if line.startswith(b"data: ")]
 
 
-# --- the fold does not depend on chunking ------------------------------------------------
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_every_chunking_gives_the_same_response(name):
-    assert_every_chunking_agrees(decode_stream, CASES[name])
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_crlf_framing_gives_the_same_response(name):
-    assert decode_stream([CASES[name].replace(b"\n", b"\r\n")]) == decode_stream([CASES[name]])
+# --- the record round trip (chunking, framing and garbage: test_decoder_contract.py) ------
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -257,21 +244,7 @@ def test_wrapped_error_frame_and_bad_events():
     assert len(response.extras["undecoded_events"]) == 2 and not fold.complete
 
 
-# --- hypothesis: chunking invariance, corruption never raises ------------------------------
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(sorted(CASES)), cuts=st.lists(st.integers(1, 14000), max_size=40))
-def test_any_chunking_gives_the_same_response(name, cuts):
-    body = CASES[name]
-    assert decode_stream(chunked(body, [c for c in cuts if c < len(body)])) == \
-        decode_stream([body])
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(sorted(CASES)), data=st.data())
-def test_corrupted_stream_never_raises(name, data):
-    decode_stream([corrupted(CASES[name], data)])  # must not raise
+# --- hypothesis: random folds of this dialect's events never raise ------------------------
 
 
 json_values = st.recursive(

@@ -7,33 +7,15 @@ the engine's `/tokenize` of the same messages, which the recorded prompt ids mus
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import openai
 import orjson
 import pytest
-from conftest import assert_every_chunking_agrees, decode_chunks, record_round_trip, sse_http_client
+from conftest import assert_every_chunking_agrees, record_round_trip, sse_http_client
+from vllm_data import body, decode, tokenized
 
-from forge_record.decoders.openai_chat import DIALECT
 from forge_record.records import ToolCall
 
-DATA = Path(__file__).parent / "data" / "vllm"
-SSE = "text/event-stream"
 ASKED = ["chat_stream_text", "chat_stream_tool", "chat_json_text", "chat_json_tool"]
-
-
-def body(name: str) -> bytes:
-    return next(DATA.glob(f"{name}.[js][so]*")).read_bytes()
-
-
-def decode(name: str, chunks: list[bytes] | None = None):
-    streamed = name.startswith("chat_stream")
-    chunks = chunks or [body(name)]
-    return decode_chunks(DIALECT, SSE if streamed else "application/json", chunks)
-
-
-def tokenized(name: str) -> list[int]:
-    return orjson.loads((DATA / f"{name}.tokenize.json").read_bytes())["tokens"]
 
 
 @pytest.mark.parametrize("name", ASKED)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from anthropic.types import MessageParam, TextBlockParam, ToolParam
 from pydantic import TypeAdapter
-from test_export_sessions import (
+from recorded_sessions import (
     ANTHROPIC_TOOLS,
     OPENAI_TOOL,
     PROMPT,

@@ -9,7 +9,7 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from test_export_sessions import (
+from recorded_sessions import (
     PROMPT,
     SESSIONS,
     TOOL_OUTPUT,
@@ -17,7 +17,6 @@ from test_export_sessions import (
     first_calls,
     recorded_store,
 )
-from test_store import new_database, pg_admin  # noqa: F401 - fixtures
 
 from forge_record.exporters import Filters, Options, export
 from forge_record.exporters import parquet as parquet_export

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from export_checks import anthropic_problems, check_session_exports, otlp_problems
-from test_export_sessions import SESSIONS, recorded_store
+from recorded_sessions import SESSIONS, recorded_store
 
 
 @pytest.fixture(scope="module")

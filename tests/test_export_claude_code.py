@@ -7,10 +7,9 @@ from __future__ import annotations
 import orjson
 import pytest
 from anthropic.types import MessageParam, ToolParam
+from claude_code_cli import claude_env, forge  # noqa: F401 - fixture
+from export_checks import llama_factory_reads, openai_problems
 from pydantic import TypeAdapter
-from test_claude_code import claude_env, forge  # noqa: F401 - fixture
-from test_export_openai import openai_problems
-from test_export_sharegpt import llama_factory_reads
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 

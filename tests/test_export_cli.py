@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from test_export_sessions import SESSIONS, recorded_store
+from recorded_sessions import SESSIONS, recorded_store
 
 from forge_record.cli import cli
 from forge_record.errors import UsageError

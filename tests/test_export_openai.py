@@ -1,24 +1,6 @@
 """`--format openai`: sessions recorded from every dialect, checked field by field, against a
 checker of OpenAI's documented rules for chat fine-tuning data, and as the openai SDK's
-request types.
-
-The checker (`openai_problems`) implements what OpenAI documents for a supervised chat
-fine-tuning line (the `FineTuneChatRequestInput` schema of the OpenAI API reference, its
-fine-tuning guide and the data-preparation cookbook's format checks):
-- a line is an object whose keys are among messages, tools, parallel_tool_calls, functions;
-- `messages` is a non-empty list; roles are system, user, assistant, tool (function is the
-  deprecated form); each role has its own keys;
-- input messages hold text or images only: system content is text, user content a string or
-  text / image_url parts; a tool message has a string `content` and its `tool_call_id`;
-- an assistant message has content or tool_calls (or function_call); `weight` is 0 or 1;
-  tool_calls are `{id, type: "function", function: {name, arguments}}` with `arguments` a
-  JSON string;
-- every tool message answers a call of the assistant turn before it, and every tool call of
-  an assistant turn that the example goes on after is answered by a tool message with its id
-  (the example's last turn is the target and may end on calls, as OpenAI's own examples do);
-- there is an assistant message, the example ends on one, and at least one has weight 1;
-- tools are `{type: "function", function: {name, description?, parameters?}}` with names of
-  at most 64 of `a-zA-Z0-9_-`; `parallel_tool_calls` is a boolean.
+request types. The checker of OpenAI's rules is `openai_problems` (tests/formats.py).
 """
 
 from __future__ import annotations
@@ -28,7 +10,7 @@ import pytest
 from export_checks import openai_problems
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 from pydantic import TypeAdapter
-from test_export_sessions import (
+from recorded_sessions import (
     ANTHROPIC_TOOLS,
     OPENAI_TOOL,
     PROMPT,
@@ -41,6 +23,9 @@ from test_export_sessions import (
 )
 
 FINAL = f"The command printed: {TOOL_OUTPUT}"
+
+
+# --- fixtures ------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

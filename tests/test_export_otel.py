@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 from export_checks import as_protobuf
-from test_export_sessions import (
+from recorded_sessions import (
     PROMPT,
     SESSIONS,
     SYSTEM,
@@ -136,8 +136,7 @@ def test_a_subagent_span_sits_under_the_tool_call_that_spawned_it(tmp_path):
     """Not under the chat span that asked for it: that one ends before the subagent starts."""
     import io
 
-    from test_lineage import subagent_session
-    from test_lineage_commands import record
+    from lineage_sessions import record, subagent_session
 
     from forge_record.exporters.base import Options, Tally
     from forge_record.exporters.otel import Exporter

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from test_store import make_session, realistic_exchanges, without_raw
+from support import make_session, realistic_exchanges, without_raw
 
 from forge_record import lineage
 from forge_record.exporters import DIRECTORY_FORMATS, FORMATS, Options, export

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 from export_checks import llama_factory_reads
-from test_export_sessions import (
+from recorded_sessions import (
     PROMPT,
     SESSIONS,
     SYSTEM,

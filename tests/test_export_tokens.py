@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 import orjson
-from test_engine_tokens import body, decode
+from vllm_data import body, decode
 
 from forge_record.exporters import export
 from forge_record.records import (

@@ -7,7 +7,7 @@ hold."""
 from __future__ import annotations
 
 import orjson
-from test_export_openai import openai_problems
+from export_checks import openai_problems
 
 from forge_record.exporters import anthropic as anthropic_export
 from forge_record.exporters import openai as openai_export

@@ -1,7 +1,6 @@
 """`forge-record gc`: old sessions go, blobs nothing names go, packs are dropped or repacked,
 and everything that stays still reads back exactly. On SQLite and Postgres."""
 
-# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 
 from __future__ import annotations
 
@@ -11,16 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from test_store import (  # noqa: F401 - fixtures
-    backend,
-    count,
-    make_session,
-    pg_admin,
-    pg_module_url,
-    realistic_exchanges,
-    store,
-    store_url,
-)
+from support import count, make_session, realistic_exchanges
 
 from forge_record.store import gc
 from forge_record.store.items import AddSession

@@ -6,14 +6,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from test_store import (  # noqa: F401 - fixtures
-    backend,
-    make_session,
-    pg_admin,
-    pg_module_url,
-    store,
-    store_url,
-)
+from support import make_session
 
 from forge_record.cli import cli
 from forge_record.errors import SessionNotFound

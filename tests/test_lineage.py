@@ -18,6 +18,27 @@ from pathlib import Path
 
 import orjson
 import pytest
+from lineage_sessions import (
+    AGENT,
+    AGENT_TOOL,
+    BASH,
+    M1,
+    M2,
+    MAIN_SYSTEM,
+    R1,
+    R2,
+    S1,
+    SESSION,
+    SR1,
+    UA,
+    bash,
+    call,
+    placed,
+    result,
+    said,
+    subagent_session,
+    user,
+)
 
 from forge_record.decoders import dialect_named
 from forge_record.identity import HASH_PREFIX, canonical_json, chain_hash, content_hash
@@ -31,100 +52,13 @@ from forge_record.lineage.signals import (
     message_hashes,
 )
 from forge_record.records import (
-    COMPLETE,
     ERROR,
     Exchange,
     Message,
-    Request,
     Response,
     Text,
-    Tool,
-    ToolCall,
-    ToolResult,
     Usage,
 )
-
-SESSION = "5e55e55e-0000-4000-8000-000000000001"
-AGENT = "a0123456789abcdef"
-UA = "claude-cli/2.1.197 (external, sdk-cli)"
-BASH = Tool(name="Bash", parameters={"type": "object"})
-AGENT_TOOL = Tool(name="Agent", parameters={"type": "object"})
-MAIN_SYSTEM = [Text(text="x-anthropic-billing-header: cc_version=2.1.197.933; cch=1a2b3;"),
-               Text(text="You are an interactive agent.")]
-SUB_SYSTEM = [Text(text="x-anthropic-billing-header: cc_version=2.1.197.db3; cch=9f9f9; "
-                        "cc_is_subagent=true;"),
-              Text(text="You are an agent for Claude Code.")]
-
-
-# --- building synthetic exchanges ----------------------------------------------------------
-
-
-def user(*texts: str) -> Message:
-    return Message(role="user", content=[Text(text=t) for t in texts])
-
-
-def said(*blocks) -> Message:
-    return Message(role="assistant", content=list(blocks))
-
-
-def result(call_id: str, *texts: str) -> Message:
-    content = [Text(text=t) for t in texts]
-    return Message(role="user", content=[ToolResult(tool_call_id=call_id, content=content)])
-
-
-def call(seq, messages, reply=None, *, tools=(BASH, AGENT_TOOL), system=MAIN_SYSTEM,
-         headers=None, status=COMPLETE, usage=(100, 20), kind="model", url="/v1/messages",
-         model="claude-opus-4-8", parameters=None) -> Exchange:
-    base = {"user-agent": UA, "x-claude-code-session-id": SESSION,
-            "x-stainless-retry-count": "0", "anthropic-beta": "claude-code-20250219"}
-    response = None
-    if reply is not None:
-        response = Response(content=list(reply.content), model=model,
-                            usage=Usage(input_tokens=usage[0], output_tokens=usage[1]))
-    return Exchange(
-        seq=seq, dialect="anthropic.messages", kind=kind, status=status,
-        url="https://api.anthropic.com" + url,
-        request=Request(model=model, system=list(system), tools=list(tools),
-                        messages=list(messages), parameters=parameters or {}),
-        response=response,
-        request_headers=base | (headers or {}),
-        http_status=200 if status == COMPLETE else 529,
-    )
-
-
-def bash(call_id="toolu_bash"):
-    return ToolCall(id=call_id, name="Bash", arguments={"command": "ls"}, arguments_raw="{}")
-
-
-def spawn(call_id="toolu_agent", prompt="Find the failing test."):
-    return ToolCall(id=call_id, name="Agent", arguments={"description": "x", "prompt": prompt},
-                    arguments_raw="{}")
-
-
-def placed(lineage) -> dict[int, tuple]:
-    return {s: (c.thread, c.role, c.parent) for s, c in lineage.calls.items()}
-
-
-# A main turn that delegates, the subagent's two calls, the parent continuing.
-M1 = [user("Fix the tests")]
-R1 = said(Text(text="Delegating."), spawn())
-S1 = [user("Find the failing test.")]
-SR1 = said(bash())
-S2 = [*S1, SR1, result("toolu_bash", "test_a.py")]
-SR2 = said(Text(text="It is test_a.py"))
-M2 = [*M1, R1, result("toolu_agent", "It is test_a.py", f"agentId: {AGENT} (use SendMessage)")]
-R2 = said(Text(text="The subagent found test_a.py."))
-
-
-def subagent_session() -> list[Exchange]:
-    sub = {"x-claude-code-agent-id": AGENT}
-    return [
-        call(1, M1, R1),
-        call(2, S1, SR1, system=SUB_SYSTEM, tools=(BASH,), headers=sub),
-        call(3, S2, SR2, system=SUB_SYSTEM, tools=(BASH,), headers=sub),
-        call(4, M2, R2),
-    ]
-
 
 # --- threads and subagents -------------------------------------------------------------
 
@@ -396,8 +330,8 @@ def test_calls_are_placed_alike_without_fingerprints():
     full, bare = analyze(exchanges, "claude-code"), analyze(exchanges, "claude-code",
                                                             fingerprints=False)
     assert bare.fingerprints == {} and {c.fingerprint for c in bare.calls.values()} == {""}
-    for call in full.calls.values():
-        call.fingerprint = ""
+    for placed_call in full.calls.values():
+        placed_call.fingerprint = ""
     assert to_dict(bare) == to_dict(full) | {"fingerprints": {}}
 
 

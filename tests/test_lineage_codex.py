@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from test_codex import CODEX_VERSION, PROMPT, codex_env, forge  # noqa: F401 - the fixture
+from codex_cli import CODEX_VERSION, PROMPT, codex_env, forge  # noqa: F401 - the fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 

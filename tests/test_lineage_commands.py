@@ -9,60 +9,29 @@ import time
 import orjson
 import pytest
 from click.testing import CliRunner
-from test_lineage import (
+from lineage_sessions import (
     M1,
     M2,
     MAIN_SYSTEM,
     R1,
     R2,
+    busy_session,
     call,
+    forge,
+    record,
     said,
-    subagent_session,
     user,
 )
 
 from forge_record.cli import cli
 from forge_record.identity import HASH_PREFIX
 from forge_record.lineage.signals import COMPACTION_MARKERS, CONTINUATION_PREFIX
-from forge_record.records import ERROR, Message, Session, Text
-from forge_record.store import open_store
-
-HAIKU_TITLE = [Text(text="Generate a concise, sentence-case title for this coding session.")]
+from forge_record.records import Message, Text
 
 
 @pytest.fixture
 def store_url(tmp_path):
     return f"sqlite:///{tmp_path / 'traces.db'}"
-
-
-def record(url: str, session_id: str, exchanges, *, started: float, harness="claude-code",
-           version="2.1.197") -> None:
-    with open_store(url) as st:
-        st.add_session(Session(id=session_id, harness=harness, harness_version=version,
-                               argv=["claude"], started_at=started))
-        for ex in exchanges:
-            st.add_exchange(session_id, ex)
-        st.end_session(session_id, started + 1, 0)
-
-
-def forge(*args) -> str:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def busy_session():
-    """Title side call, main + subagent, a retried call, count_tokens."""
-    title = call(1, [user("<session>Fix the tests</session>")], said(Text(text="Fix tests")),
-                 tools=(), system=HAIKU_TITLE, model="claude-haiku-4-5")
-    rest = subagent_session()
-    for i, e in enumerate(rest):
-        e.seq = i + 2
-    failed = call(6, [*M2, R2, user("and now?")], None, status=ERROR)
-    retry = call(7, [*M2, R2, user("and now?")], said(Text(text="all done")),
-                 headers={"x-stainless-retry-count": "1"})
-    count = call(8, M1, None, kind="side", url="/v1/messages/count_tokens")
-    return [title, *rest, failed, retry, count]
 
 
 def test_show_json_has_lineage_and_each_exchange_its_place(store_url):

@@ -16,8 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
-from test_lineage import call, said, user
-from test_lineage_commands import busy_session, forge, record
+from lineage_sessions import busy_session, call, forge, record, said, user
 
 from forge_record.commands import run as run_command
 from forge_record.outcome import Failures

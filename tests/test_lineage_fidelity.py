@@ -239,7 +239,7 @@ def test_a_client_that_reserializes_arguments_stays_in_one_thread(tmp_path):
 @pytest.mark.parametrize("blank", [True, False])
 def test_anthropic_thinking_resent_or_blanked_continues(blank):
     """Claude Code resends thinking verbatim; a client that blanks it continues the same."""
-    from test_lineage import bash, call, result, said, user
+    from lineage_sessions import bash, call, result, said, user
     thinking = Reasoning(text="I should list files.", signature="sig==")
     r1 = said(thinking, bash())
     resent = said(Reasoning(text="", signature="sig==") if blank else thinking, bash())

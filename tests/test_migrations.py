@@ -3,7 +3,6 @@ happens to data across revisions (0001 rows survive 0002; downgrading 0002 keeps
 exchange). Each test runs on SQLite and on a fresh Postgres database.
 """
 
-# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 
 from __future__ import annotations
 
@@ -14,14 +13,7 @@ import sqlite3
 
 import pytest
 import sqlalchemy as sa
-from test_store import (  # noqa: F401 - fixtures
-    BACKENDS,
-    make_exchange,
-    make_session,
-    new_database,
-    pg_admin,
-    realistic_exchanges,
-)
+from support import BACKENDS, make_exchange, make_session, realistic_exchanges
 
 from forge_record.errors import StoreError
 from forge_record.records import exchange_to_dict, session_to_dict

@@ -11,10 +11,10 @@ import time
 
 import anthropic
 import pytest
+from support import Arrivals
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.records import COMPLETE, ToolCall
 from forge_record.trust import ca_files, confdir
@@ -65,17 +65,6 @@ def recorded(request, mock, ca_home):
         proxy.stop()
 
 
-class Arrivals(list):
-    """The exchanges the sink got. The client can return a moment before the proxy's
-    `response` hook has run, so reading them waits for the expected number."""
-
-    def wait(self, n: int, timeout: float = 5.0) -> list:
-        deadline = time.monotonic() + timeout
-        while len(self) < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return list(self)
-
-
 def direct_client(mock) -> anthropic.Anthropic:
     return anthropic.Anthropic(api_key="sk-ant-dummy-key", base_url=mock.url, max_retries=0)
 
@@ -106,7 +95,7 @@ def test_exchange_is_decoded(recorded, stream):
     else:
         message = client.messages.create(model="claude-haiku-4-5", max_tokens=100, tools=TOOLS,
                                           messages=[{"role": "user", "content": PROMPT}])
-    [ex] = [finalize(e) for e in exchanges.wait(1)]
+    [ex] = exchanges.finalized(1)
     assert ex.status == COMPLETE, ex.flags
     assert ex.http_status == 200
     assert ex.url.startswith("https://api.anthropic.com/v1/messages")

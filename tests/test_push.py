@@ -1,7 +1,6 @@
 """`forge-record push`: a local SQLite store copied into a team store (SQLite file and real
 Postgres): exact, idempotent, resumable, incremental, with a progress bar on a terminal."""
 
-# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 
 from __future__ import annotations
 
@@ -13,15 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_store import (  # noqa: F401 - fixtures
-    backend,
-    count,
-    make_session,
-    pg_admin,
-    pg_module_url,
-    realistic_exchanges,
-    store_url,
-)
+from support import count, make_session, realistic_exchanges
 
 from forge_record.errors import UsageError
 from forge_record.store import default_store_url, open_store

@@ -5,7 +5,6 @@ and stops on a fixed local port, so the store URL first answers, then refuses, t
 again. Nothing is mocked.
 """
 
-# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 
 from __future__ import annotations
 
@@ -19,19 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_store import (  # noqa: F401 - fixtures
-    API_KEY,
-    backend,
-    make_exchange,
-    make_session,
-    new_database,
-    pg_admin,
-    pg_module_url,
-    realistic_exchanges,
-    store,
-    store_url,
-    with_secret_headers,
-)
+from support import API_KEY, make_exchange, make_session, realistic_exchanges, with_secret_headers
 
 from forge_record.store import Writer, open_store
 from forge_record.store import spool as spooling

@@ -13,277 +13,39 @@ The fixtures and the make_* / check_* helpers are shared with the other store te
 from __future__ import annotations
 
 import dataclasses
-import os
 import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
-from conftest import require
+from support import (
+    API_KEY,
+    BEARER,
+    RAW_REQUEST,
+    RAW_RESPONSE,
+    check_round_trip,
+    check_secrets_dropped,
+    count,
+    make_exchange,
+    make_session,
+    realistic_exchanges,
+    without_raw,
+)
 
 from forge_record import paths
 from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import (
-    ERROR,
-    Exchange,
-    Media,
     Message,
-    Other,
-    Reasoning,
     Request,
     Response,
-    Session,
     Text,
-    Tool,
     ToolCall,
-    ToolResult,
     Usage,
 )
 from forge_record.store import Store, content, default_store_url, open_store
 from forge_record.store.items import AddExchange, AddSession, EndSession
-
-ROOT = Path(__file__).resolve().parent.parent
-API_KEY = "sk-ant-dummy-SECRET123"
-BEARER = "Bearer dummy-TOKEN-456"
-RAW_REQUEST = b'{"model":"claude-x","messages":[' + b'{"role":"user","content":"hi"},' * 200 + b"]}"
-RAW_RESPONSE = b"event: message_start\ndata: {}\n\n" * 100
-ADMIN_URL = os.environ.get(
-    "FORGE_RECORD_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-STORE_TABLES = ("sessions", "exchanges", "blobs", "packs")
-
-# --- backends ----------------------------------------------------------------------------
-
-
-def libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
-
-
-@pytest.fixture(scope="module")
-def pg_admin():
-    conn, problem = None, ""
-    try:
-        conn = psycopg.connect(libpq(ADMIN_URL), autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as e:
-        problem = " ".join(str(e).split())
-    require(conn is not None, f"Postgres is not reachable at {ADMIN_URL}: {problem}")
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def new_database(pg_admin):
-    """A factory of fresh, empty databases, dropped after the test."""
-    made = []
-
-    def make() -> str:
-        made.append(_create_database(pg_admin))
-        return ADMIN_URL.rsplit("/", 1)[0] + "/" + made[-1]
-
-    yield make
-    for name in made:
-        pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="module")
-def pg_module_url(pg_admin):
-    name = _create_database(pg_admin)
-    yield ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _create_database(admin) -> str:
-    name = f"forge_record_test_{uuid.uuid4().hex[:12]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    return name
-
-
-def empty_postgres(url: str) -> None:
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
-        conn.execute("SET lock_timeout = '10s'")
-        present = {t for (t,) in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-        tables = [t for t in STORE_TABLES if t in present]
-        if tables:
-            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
-
-
-POSTGRES = pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])
-BACKENDS = ["sqlite", POSTGRES]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request) -> str:
-    return request.param
-
-
-@pytest.fixture
-def store_url(backend, request, tmp_path) -> str:
-    """An empty store's URL, on each backend."""
-    if backend == "sqlite":
-        return default_store_url(tmp_path / "home")
-    url = request.getfixturevalue("pg_module_url")
-    empty_postgres(url)
-    return url
-
-
-@pytest.fixture
-def store(store_url):
-    with open_store(store_url) as s:
-        yield s
-
-
-# --- records -----------------------------------------------------------------------------
-
-
-def make_session(id: str = "0198c0de-aaaa-7000-8000-000000000001", started_at=1_760_000_000.25):
-    return Session(
-        id=id,
-        harness="claude",
-        harness_version="2.1.0",
-        argv=["claude", "-p", "hi"],
-        cwd="/home/u/proj",
-        user="u",
-        host="box",
-        tags={"team": "x", "ünï": "cödé"},
-        started_at=started_at,
-    )
-
-
-def make_exchange(seq: int = 0, **overrides) -> Exchange:
-    """An exchange that uses every block kind and every optional field."""
-    request = Request(
-        model="claude-x",
-        system=[Text(text="be brief", citations=[{"cited_text": "a"}])],
-        tools=[Tool(name="Bash", description="run", parameters={"type": "object"}),
-               Tool(name="web_search", kind="web_search_20250305")],
-        messages=[
-            Message(role="user", content=[
-                Text(text="look"),
-                Media(type="image", media_type="image/png", sha256="ab" * 32, size=10),
-                Media(type="document", media_type="application/pdf", url="https://x/y.pdf"),
-            ]),
-            Message(role="assistant", content=[
-                Reasoning(text="hmm", signature="sig"),
-                Reasoning(encrypted="opaque=="),
-                ToolCall(id="t1", name="Bash", arguments={"cmd": "ls"},
-                         arguments_raw='{"cmd":"ls"}'),
-                ToolCall(id="t2", name="Bash", arguments_raw="{bad", parse_error=True),
-            ]),
-            Message(role="user", content=[
-                ToolResult(tool_call_id="t1", content=[Text(text="a.txt")]),
-                ToolResult(tool_call_id="t2", is_error=True, name="bash_result", content=[
-                    Media(type="image", sha256="cd" * 32)]),
-                Other(data={"type": "future_block", "x": [1, 2.5, None]}),
-            ]),
-        ],
-        stream=True,
-        parameters={"max_tokens": 1024, "temperature": 0.5, "metadata": {"user_id": "u"}},
-    )
-    response = Response(
-        id="msg_1",
-        model="claude-x-20250101",
-        content=[
-            Reasoning(text="plan", signature="s2"),
-            Text(text="done"),
-            ToolCall(id="t3", name="Bash", arguments={"cmd": "pwd"}, arguments_raw='{"cmd":"pwd"}'),
-            ToolCall(id="t4", name="web_search", arguments={"q": "x"}, server=True),
-        ],
-        stop_reason="tool_use",
-        usage=Usage(input_tokens=10, output_tokens=20, cache_read_tokens=300,
-                    cache_write_tokens=4, reasoning_tokens=5, raw={"input_tokens": 10}),
-        error={"type": "overloaded_error", "message": "later"},
-        extras={"stop_sequence": None, "unknown_events": [{"type": "ping"}]},
-    )
-    fields = dict(
-        seq=seq,
-        dialect="anthropic.messages",
-        url="https://api.anthropic.com/v1/messages?beta=true",
-        upstream_url="http://127.0.0.1:8000/gw/v1/messages?beta=true",
-        status=ERROR,
-        http_status=200,
-        started_at=1_760_000_001.125,
-        first_byte_at=1_760_000_001.5,
-        ended_at=1_760_000_003.0,
-        request=request,
-        response=response,
-        request_headers={"anthropic-version": "2023-06-01", "content-type": "application/json"},
-        response_headers={"request-id": "req_1"},
-        flags=["decode_error"],
-        raw_request=RAW_REQUEST,
-        raw_response=RAW_RESPONSE,
-    )
-    return Exchange(**(fields | overrides))
-
-
-def realistic_exchanges(n: int = 60, seed: int = 0) -> list[Exchange]:
-    """A synthetic Claude Code session (bench/gen_session.py), decoded by the real decoder."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import gen_session
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    from forge_record.decoders import anthropic_messages
-
-    dialect = anthropic_messages.DIALECT
-    out = []
-    for seq, call in enumerate(gen_session.calls(n, seed), 1):
-        decoder = dialect.response_decoder("text/event-stream")
-        decoder.feed(call.response)
-        out.append(Exchange(
-            seq=seq, dialect=dialect.name, url="https://api.anthropic.com" + call.path,
-            http_status=200, started_at=1_760_000_000.0 + seq, ended_at=1_760_000_000.5 + seq,
-            request=dialect.parse_request(call.request), response=decoder.finish(),
-            request_headers={"user-agent": "claude-cli/2.1.197 (external, cli)",
-                             "anthropic-version": "2023-06-01"},
-            response_headers={"request-id": f"req_{seed}_{seq}"},
-            raw_request=call.request, raw_response=call.response,
-        ))
-    return out
-
-
-def with_secret_headers(ex: Exchange) -> Exchange:
-    return dataclasses.replace(
-        ex,
-        request_headers=ex.request_headers | {"X-Api-Key": API_KEY, "authorization": BEARER,
-                                              "Cookie": "c=" + API_KEY},
-        response_headers=ex.response_headers | {"Set-Cookie": "s=" + BEARER},
-    )
-
-
-def without_raw(ex: Exchange) -> Exchange:
-    return dataclasses.replace(ex, raw_request=b"", raw_response=b"")
-
-
-def check_round_trip(store: Store) -> None:
-    session, exchange = make_session(), make_exchange()
-    store.add_session(session)
-    store.add_exchange(session.id, exchange)
-    store.end_session(session.id, 1_760_000_100.5, 3)
-
-    assert store.get_session(session.id) == dataclasses.replace(
-        session, ended_at=1_760_000_100.5, exit_code=3)
-    [with_raw] = store.iter_exchanges(session.id, raw=True)
-    assert with_raw == exchange
-    [plain] = store.iter_exchanges(session.id)
-    assert plain == without_raw(exchange)
-    assert store.get_exchange(session.id, 0, raw=True) == exchange
-
-
-def check_secrets_dropped(store: Store) -> None:
-    """Write an exchange with secret headers; return nothing, the caller inspects storage."""
-    store.add_session(make_session("secrets"))
-    sent = with_secret_headers(make_exchange())
-    before = dataclasses.replace(sent)
-    store.add_exchange("secrets", sent)
-    assert sent == before  # the caller's object is not modified
-    [stored] = store.iter_exchanges("secrets")
-    assert stored.request_headers == make_exchange().request_headers
-    assert stored.response_headers == make_exchange().response_headers
 
 
 def add_summary_fixture(store: Store) -> None:
@@ -305,13 +67,6 @@ def add_summary_fixture(store: Store) -> None:
 
 SUMMARY_KEYS = ("calls", "side_calls", "tool_calls", "input_tokens", "output_tokens",
                 "cache_read_tokens", "cache_write_tokens", "model")
-
-
-def count(store_url: str, table: str) -> int:
-    with open_store(store_url) as s, s.reading("count") as conn:
-        import sqlalchemy as sa
-
-        return conn.scalar(sa.text(f"SELECT count(*) FROM {table}"))
 
 
 # --- round trips -------------------------------------------------------------------------

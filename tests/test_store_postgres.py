@@ -3,13 +3,12 @@ scheme, and secrets checked in every column. (Every other store test runs on Pos
 through the `store` fixture of test_store.py.)
 """
 
-# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 
 from __future__ import annotations
 
 import psycopg
 import pytest
-from test_store import (  # noqa: F401 - fixtures
+from support import (
     ADMIN_URL,
     API_KEY,
     BEARER,
@@ -17,8 +16,6 @@ from test_store import (  # noqa: F401 - fixtures
     check_secrets_dropped,
     libpq,
     make_session,
-    new_database,
-    pg_admin,
 )
 
 from forge_record.errors import StoreError

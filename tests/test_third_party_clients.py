@@ -30,8 +30,8 @@ import orjson
 import pytest
 from anthropic.types import MessageParam, TextBlockParam, ToolParam
 from conftest import require
+from export_checks import openai_problems
 from pydantic import TypeAdapter
-from test_export_openai import openai_problems
 
 from forge_record.mock import TOOL_MARKER, MockUpstream, default_routes, edits
 

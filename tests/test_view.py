@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import require
-from test_export_sessions import SESSIONS, TOOL_OUTPUT, recorded_store
-from test_view_model import HOSTILE, hostile_session, session_of, store_session
+from recorded_sessions import SESSIONS, TOOL_OUTPUT, recorded_store
+from viewer_sessions import HOSTILE, hostile_session, session_of, store_session
 
 from forge_record.cli import cli
 from forge_record.viewer import build_view, render_html
@@ -273,7 +273,7 @@ def large_session(n: int = 1000):
     """n calls shaped like a long Claude Code run: a main thread and subagents, each call a
     Bash call whose output comes back (every 7th a long one, repeated outputs common), a
     thinking block every 3rd, 40 tools and a 12 kB system prompt."""
-    from test_view_model import exchange, result, said, user
+    from viewer_sessions import exchange, result, said, user
 
     from forge_record.records import Reasoning, Text, Tool, ToolCall
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_view_model import agent_session, session_of, store_session
+from viewer_sessions import agent_session, session_of, store_session
 
 from forge_record.viewer import build_view
 from forge_record.viewer.terminal import render_text

@@ -11,9 +11,8 @@ from __future__ import annotations
 import openai
 import orjson
 import pytest
-from mitmproxy import websocket
 from mitmproxy.test import taddons, tflow
-from mitmproxy.websocket import WebSocketMessage
+from support import Socket, create, events_for
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
@@ -23,7 +22,6 @@ from forge_record.chain import UNRESOLVED, ResponseChains
 from forge_record.decoders.openai_items import parse_responses_request
 from forge_record.decoders.openai_responses import response_record
 from forge_record.mock import TOOL_MARKER, MockUpstream
-from forge_record.mock.openai_ws import frames
 from forge_record.records import COMPLETE, ERROR, INCOMPLETE, Exchange, request_to_dict
 from forge_record.trust import confdir
 
@@ -110,53 +108,6 @@ def test_a_malformed_previous_id_is_flagged_not_raised():
 
 
 # --- the addon, hooks called directly ----------------------------------------------------
-
-
-def create(*items, previous=None, **fields) -> bytes:
-    event = {"type": "response.create", "model": "gpt-5.4", "input": list(items), **fields}
-    if previous:
-        event["previous_response_id"] = previous
-    return orjson.dumps(event)
-
-
-def events_for(response_id, output) -> list[bytes]:
-    """The server frames of a completed response, cut as the mock cuts them."""
-    response = {"id": response_id, "object": "response", "status": "completed",
-                "model": "gpt-5.4", "output": output,
-                "usage": {"input_tokens": 50, "output_tokens": 5, "total_tokens": 55}}
-    return list(frames(response))
-
-
-class Socket:
-    """A WebSocket flow to api.openai.com driven through the addon's hooks."""
-
-    def __init__(self, addon: WebSocketRecorder, host="api.openai.com",
-                 path="/v1/responses") -> None:
-        self.addon = addon
-        self.flow = tflow.twebsocketflow(messages=False)
-        req = self.flow.request
-        req.scheme, req.host, req.port, req.path = "https", host, 443, path
-        req.headers["host"] = host
-        req.headers["session-id"] = "sess-1"
-        req.headers["authorization"] = "Bearer sk-dummy-never-stored"
-        self.flow.websocket.messages = []
-        addon.requestheaders(self.flow)
-        addon.websocket_start(self.flow)
-
-    def send(self, data: bytes, from_client: bool) -> WebSocketMessage:
-        message = WebSocketMessage(websocket.Opcode.TEXT, from_client, data)
-        self.flow.websocket.messages.append(message)
-        self.addon.websocket_message(self.flow)
-        return message
-
-    def call(self, request: bytes, responses: list[bytes]) -> None:
-        self.send(request, True)
-        for frame in responses:
-            self.send(frame, False)
-
-    def close(self, code=1000) -> None:
-        self.flow.websocket.close_code = code
-        self.addon.websocket_end(self.flow)
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """forge_record.store.Writer against real stores (SQLite and Postgres): order, batching,
 draining, failures, drops, prepare, heartbeat, and what a SIGKILL loses."""
 
-# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 
 from __future__ import annotations
 
@@ -15,12 +14,6 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from test_store import (  # noqa: F401 - fixtures
-    backend,
-    pg_admin,
-    pg_module_url,
-    store_url,
-)
 
 from forge_record.records import Exchange, Session
 from forge_record.store import Writer, default_store_url, open_store

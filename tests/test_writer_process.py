@@ -14,38 +14,13 @@ import threading
 import time
 
 import pytest
+from support import SECRET, captured
 
 from forge_record.errors import StoreError
-from forge_record.records import Exchange, Session
+from forge_record.records import Session
 from forge_record.store import default_store_url, open_store
 from forge_record.store.items import AddExchange
 from forge_record.writer_process import WriterProcess, frame, read_batches
-
-SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub-token-shaped dummy
-STREAM = (
-    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":'
-    b'"message","role":"assistant","model":"claude-x","content":[],"usage":{"input_tokens":3,'
-    b'"output_tokens":1}}}\n\n'
-    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
-    b'"content_block":{"type":"text","text":""}}\n\n'
-    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-    b'"delta":{"type":"text_delta","text":"hello"}}\n\n'
-    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
-    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
-    b'"usage":{"output_tokens":2}}\n\n'
-    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-)
-
-
-def captured(seq: int) -> Exchange:
-    """An exchange as the addon hands it over: raw bodies, response not folded yet."""
-    body = ('{"model":"claude-x","max_tokens":9,"stream":true,"messages":[{"role":"user",'
-            f'"content":"my token is {SECRET}"}}]}}').encode()
-    return Exchange(dialect="anthropic.messages", seq=seq, url="https://api.anthropic.com/v1/"
-                    "messages", status="pending", http_status=200, first_byte_at=1.0,
-                    raw_request=body,
-                    raw_response=STREAM,
-                    response_headers={"content-type": "text/event-stream"})
 
 
 @pytest.fixture
@@ -90,7 +65,7 @@ import os, signal, sys, time
 from forge_record.records import Session
 from forge_record.writer_process import WriterProcess
 sys.path.insert(0, sys.argv[2])
-from test_writer_process import captured
+from support import captured
 writer = WriterProcess(sys.argv[1])
 print(writer._proc.pid, flush=True)
 writer.ready()

@@ -1,0 +1,340 @@
+"""Helpers that several test modules share, imported as `from support import ...` (pytest puts
+tests/ on sys.path). Fixtures live in conftest.py, where pytest finds them without an import;
+nothing here is a fixture, and no test module imports from another test module.
+
+- Stores: the Postgres admin URL and database helpers behind conftest's `store`, `store_url`,
+  `backend`, `pg_admin`, `pg_module_url` and `new_database` fixtures; `BACKENDS` to
+  parametrize over; `make_session`, `make_exchange` (every block kind and optional field),
+  `realistic_exchanges` (a synthetic Claude Code session through the real decoder), the
+  secret-header helpers and the `check_*` round trips each backend must pass.
+- The writer process: `captured(seq)`, an exchange as the addon hands it over (raw bodies,
+  a request holding the dummy token SECRET, the response not folded yet).
+- Proxies: `Arrivals`, the sink a test's recording proxy hands exchanges to; `Socket`, a
+  WebSocket flow driven through the WebSocket addon's hooks, with `create` and `events_for`
+  (a Responses call's client and server frames).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import psycopg
+import pytest
+from mitmproxy import websocket
+from mitmproxy.test import tflow
+from mitmproxy.websocket import WebSocketMessage
+
+from forge_record.addons.websocket import WebSocketRecorder
+from forge_record.capture import finalize
+from forge_record.mock.openai_ws import frames
+from forge_record.records import (
+    ERROR,
+    Exchange,
+    Media,
+    Message,
+    Other,
+    Reasoning,
+    Request,
+    Response,
+    Session,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from forge_record.store import Store, open_store
+
+# --- stores ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+API_KEY = "sk-ant-dummy-SECRET123"
+BEARER = "Bearer dummy-TOKEN-456"
+RAW_REQUEST = b'{"model":"claude-x","messages":[' + b'{"role":"user","content":"hi"},' * 200 + b"]}"
+RAW_RESPONSE = b"event: message_start\ndata: {}\n\n" * 100
+ADMIN_URL = os.environ.get(
+    "FORGE_RECORD_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+STORE_TABLES = ("sessions", "exchanges", "blobs", "packs")
+
+def libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def create_database(admin) -> str:
+    name = f"forge_record_test_{uuid.uuid4().hex[:12]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def empty_postgres(url: str) -> None:
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        present = {t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        tables = [t for t in STORE_TABLES if t in present]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+POSTGRES = pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])
+BACKENDS = ["sqlite", POSTGRES]
+
+
+def make_session(id: str = "0198c0de-aaaa-7000-8000-000000000001", started_at=1_760_000_000.25):
+    return Session(
+        id=id,
+        harness="claude",
+        harness_version="2.1.0",
+        argv=["claude", "-p", "hi"],
+        cwd="/home/u/proj",
+        user="u",
+        host="box",
+        tags={"team": "x", "ünï": "cödé"},
+        started_at=started_at,
+    )
+
+
+def make_exchange(seq: int = 0, **overrides) -> Exchange:
+    """An exchange that uses every block kind and every optional field."""
+    request = Request(
+        model="claude-x",
+        system=[Text(text="be brief", citations=[{"cited_text": "a"}])],
+        tools=[Tool(name="Bash", description="run", parameters={"type": "object"}),
+               Tool(name="web_search", kind="web_search_20250305")],
+        messages=[
+            Message(role="user", content=[
+                Text(text="look"),
+                Media(type="image", media_type="image/png", sha256="ab" * 32, size=10),
+                Media(type="document", media_type="application/pdf", url="https://x/y.pdf"),
+            ]),
+            Message(role="assistant", content=[
+                Reasoning(text="hmm", signature="sig"),
+                Reasoning(encrypted="opaque=="),
+                ToolCall(id="t1", name="Bash", arguments={"cmd": "ls"},
+                         arguments_raw='{"cmd":"ls"}'),
+                ToolCall(id="t2", name="Bash", arguments_raw="{bad", parse_error=True),
+            ]),
+            Message(role="user", content=[
+                ToolResult(tool_call_id="t1", content=[Text(text="a.txt")]),
+                ToolResult(tool_call_id="t2", is_error=True, name="bash_result", content=[
+                    Media(type="image", sha256="cd" * 32)]),
+                Other(data={"type": "future_block", "x": [1, 2.5, None]}),
+            ]),
+        ],
+        stream=True,
+        parameters={"max_tokens": 1024, "temperature": 0.5, "metadata": {"user_id": "u"}},
+    )
+    response = Response(
+        id="msg_1",
+        model="claude-x-20250101",
+        content=[
+            Reasoning(text="plan", signature="s2"),
+            Text(text="done"),
+            ToolCall(id="t3", name="Bash", arguments={"cmd": "pwd"}, arguments_raw='{"cmd":"pwd"}'),
+            ToolCall(id="t4", name="web_search", arguments={"q": "x"}, server=True),
+        ],
+        stop_reason="tool_use",
+        usage=Usage(input_tokens=10, output_tokens=20, cache_read_tokens=300,
+                    cache_write_tokens=4, reasoning_tokens=5, raw={"input_tokens": 10}),
+        error={"type": "overloaded_error", "message": "later"},
+        extras={"stop_sequence": None, "unknown_events": [{"type": "ping"}]},
+    )
+    fields = dict(
+        seq=seq,
+        dialect="anthropic.messages",
+        url="https://api.anthropic.com/v1/messages?beta=true",
+        upstream_url="http://127.0.0.1:8000/gw/v1/messages?beta=true",
+        status=ERROR,
+        http_status=200,
+        started_at=1_760_000_001.125,
+        first_byte_at=1_760_000_001.5,
+        ended_at=1_760_000_003.0,
+        request=request,
+        response=response,
+        request_headers={"anthropic-version": "2023-06-01", "content-type": "application/json"},
+        response_headers={"request-id": "req_1"},
+        flags=["decode_error"],
+        raw_request=RAW_REQUEST,
+        raw_response=RAW_RESPONSE,
+    )
+    return Exchange(**(fields | overrides))
+
+
+def realistic_exchanges(n: int = 60, seed: int = 0) -> list[Exchange]:
+    """A synthetic Claude Code session (bench/gen_session.py), decoded by the real decoder."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gen_session
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from forge_record.decoders import anthropic_messages
+
+    dialect = anthropic_messages.DIALECT
+    out = []
+    for seq, call in enumerate(gen_session.calls(n, seed), 1):
+        decoder = dialect.response_decoder("text/event-stream")
+        decoder.feed(call.response)
+        out.append(Exchange(
+            seq=seq, dialect=dialect.name, url="https://api.anthropic.com" + call.path,
+            http_status=200, started_at=1_760_000_000.0 + seq, ended_at=1_760_000_000.5 + seq,
+            request=dialect.parse_request(call.request), response=decoder.finish(),
+            request_headers={"user-agent": "claude-cli/2.1.197 (external, cli)",
+                             "anthropic-version": "2023-06-01"},
+            response_headers={"request-id": f"req_{seed}_{seq}"},
+            raw_request=call.request, raw_response=call.response,
+        ))
+    return out
+
+
+def with_secret_headers(ex: Exchange) -> Exchange:
+    return dataclasses.replace(
+        ex,
+        request_headers=ex.request_headers | {"X-Api-Key": API_KEY, "authorization": BEARER,
+                                              "Cookie": "c=" + API_KEY},
+        response_headers=ex.response_headers | {"Set-Cookie": "s=" + BEARER},
+    )
+
+
+def without_raw(ex: Exchange) -> Exchange:
+    return dataclasses.replace(ex, raw_request=b"", raw_response=b"")
+
+
+def check_round_trip(store: Store) -> None:
+    session, exchange = make_session(), make_exchange()
+    store.add_session(session)
+    store.add_exchange(session.id, exchange)
+    store.end_session(session.id, 1_760_000_100.5, 3)
+
+    assert store.get_session(session.id) == dataclasses.replace(
+        session, ended_at=1_760_000_100.5, exit_code=3)
+    [with_raw] = store.iter_exchanges(session.id, raw=True)
+    assert with_raw == exchange
+    [plain] = store.iter_exchanges(session.id)
+    assert plain == without_raw(exchange)
+    assert store.get_exchange(session.id, 0, raw=True) == exchange
+
+
+def check_secrets_dropped(store: Store) -> None:
+    """Write an exchange with secret headers; return nothing, the caller inspects storage."""
+    store.add_session(make_session("secrets"))
+    sent = with_secret_headers(make_exchange())
+    before = dataclasses.replace(sent)
+    store.add_exchange("secrets", sent)
+    assert sent == before  # the caller's object is not modified
+    [stored] = store.iter_exchanges("secrets")
+    assert stored.request_headers == make_exchange().request_headers
+    assert stored.response_headers == make_exchange().response_headers
+
+
+def count(store_url: str, table: str) -> int:
+    with open_store(store_url) as s, s.reading("count") as conn:
+        import sqlalchemy as sa
+
+        return conn.scalar(sa.text(f"SELECT count(*) FROM {table}"))
+
+
+# --- the writer process -----------------------------------------------------------------
+
+SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub-token-shaped dummy
+STREAM = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":'
+    b'"message","role":"assistant","model":"claude-x","content":[],"usage":{"input_tokens":3,'
+    b'"output_tokens":1}}}\n\n'
+    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    b'"content_block":{"type":"text","text":""}}\n\n'
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"hello"}}\n\n'
+    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":2}}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+
+
+def captured(seq: int) -> Exchange:
+    """An exchange as the addon hands it over: raw bodies, response not folded yet."""
+    body = ('{"model":"claude-x","max_tokens":9,"stream":true,"messages":[{"role":"user",'
+            f'"content":"my token is {SECRET}"}}]}}').encode()
+    return Exchange(dialect="anthropic.messages", seq=seq, url="https://api.anthropic.com/v1/"
+                    "messages", status="pending", http_status=200, first_byte_at=1.0,
+                    raw_request=body,
+                    raw_response=STREAM,
+                    response_headers={"content-type": "text/event-stream"})
+
+
+# --- proxies -----------------------------------------------------------------------------
+
+
+class Arrivals(list):
+    """The exchanges a recording proxy's sink got. A client can return a moment before the
+    proxy's `response` hook has run, so `wait` waits (boundedly) for the number expected."""
+
+    def wait(self, n: int, timeout: float = 10.0) -> list[Exchange]:
+        """Every exchange that arrived, as it arrived (not finalized), once at least `n` did:
+        fails if fewer came. More than `n` are returned too, so a test can tell."""
+        deadline = time.monotonic() + timeout
+        while len(self) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(self) >= n, f"{len(self)} of {n} exchanges arrived"
+        return list(self)
+
+    def finalized(self, n: int, timeout: float = 10.0) -> list[Exchange]:
+        """`wait`, then each exchange folded and parsed as the writer would (`finalize`)."""
+        return [finalize(e) for e in self.wait(n, timeout)]
+
+
+# --- WebSocket, hooks driven directly -----------------------------------------------------
+
+
+def create(*items, previous=None, **fields) -> bytes:
+    event = {"type": "response.create", "model": "gpt-5.4", "input": list(items), **fields}
+    if previous:
+        event["previous_response_id"] = previous
+    return orjson.dumps(event)
+
+
+def events_for(response_id, output) -> list[bytes]:
+    """The server frames of a completed response, cut as the mock cuts them."""
+    response = {"id": response_id, "object": "response", "status": "completed",
+                "model": "gpt-5.4", "output": output,
+                "usage": {"input_tokens": 50, "output_tokens": 5, "total_tokens": 55}}
+    return list(frames(response))
+
+
+class Socket:
+    """A WebSocket flow to api.openai.com driven through the addon's hooks."""
+
+    def __init__(self, addon: WebSocketRecorder, host="api.openai.com",
+                 path="/v1/responses") -> None:
+        self.addon = addon
+        self.flow = tflow.twebsocketflow(messages=False)
+        req = self.flow.request
+        req.scheme, req.host, req.port, req.path = "https", host, 443, path
+        req.headers["host"] = host
+        req.headers["session-id"] = "sess-1"
+        req.headers["authorization"] = "Bearer sk-dummy-never-stored"
+        self.flow.websocket.messages = []
+        addon.requestheaders(self.flow)
+        addon.websocket_start(self.flow)
+
+    def send(self, data: bytes, from_client: bool) -> WebSocketMessage:
+        message = WebSocketMessage(websocket.Opcode.TEXT, from_client, data)
+        self.flow.websocket.messages.append(message)
+        self.addon.websocket_message(self.flow)
+        return message
+
+    def call(self, request: bytes, responses: list[bytes]) -> None:
+        self.send(request, True)
+        for frame in responses:
+            self.send(frame, False)
+
+    def close(self, code=1000) -> None:
+        self.flow.websocket.close_code = code
+        self.addon.websocket_end(self.flow)
