@@ -97,6 +97,7 @@ def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[s
 def record(
     argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose, redactor=None
 ) -> int:
+    from forge_record.addons.access import Access
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
     from forge_record.addons.websocket import WebSocketRecorder
@@ -129,13 +130,14 @@ def record(
         record_any_host=route.mode == "reverse",
     )
     conf = trust.confdir(home())
+    access = Access()  # this run's secret: the proxy serves the agent it starts, no one else
     proxy = InProcessProxy(
         WebSocketRecorder(addon), mode=route.mitm_mode, confdir=conf, settings=settings,
-        verbose=verbose > 1,
+        verbose=verbose > 1, access=access,
     )
     exit_code = None
     try:
-        proxy_url = f"http://127.0.0.1:{proxy.start()}"
+        proxy_url = access.proxy_url(proxy.start(), route.mode)
         writer.ready()  # a store that cannot be opened fails here, before the agent starts
         # What start-up made (modules, mitmproxy and its addons) lives as long as the
         # proxy: frozen, the cyclic GC stops walking it in the collections that every
