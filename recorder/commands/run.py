@@ -62,9 +62,11 @@ def run(store, mode, harness, upstream, tag, settings, no_redact_bodies, verbose
     shim = pick_shim(harness, argv)
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream))
     redactor = None if no_redact_bodies else config.redactor(home())
+    # Tag values are redacted even with --no-redact-bodies: they are not bodies.
+    tags = (redactor or config.redactor(home())).tags(tag)
     exit_code = record(
         argv, shim, route, store_url(store),
-        tags=tag, settings=settings, verbose=verbose, redactor=redactor,
+        tags=tags, settings=settings, verbose=verbose, redactor=redactor,
     )
     sys.exit(exit_code)
 
