@@ -131,25 +131,28 @@ def test_reverse_mode_asks_for_the_runs_secret_path(tmp_path, mock):
 # proxy's port (any local user can list listening sockets) but not the run's credentials.
 INTRUDER = r"""
 import json, socket, sys, urllib.request, urllib.error
-port, target = int(sys.argv[1]), sys.argv[2]
+port, target, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 out = {}
 with socket.create_connection(("127.0.0.1", port)) as s:
     s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     out["connect"] = s.recv(4096).split(b"\r\n")[0].decode()
 body = json.dumps({"model": "claude-haiku-4-5", "max_tokens": 16,
                    "messages": [{"role": "user", "content": "injected by nobody"}]}).encode()
-for scheme in ("http", "https"):
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler(
-        {scheme: f"http://127.0.0.1:{port}"}))
-    req = urllib.request.Request(f"{scheme}://api.anthropic.com/v1/messages", data=body,
-                                 headers={"content-type": "application/json",
-                                          "x-api-key": "sk-ant-dummy-key"})
+headers = {"content-type": "application/json", "x-api-key": "sk-ant-dummy-key"}
+if mode == "reverse":  # the listener itself, as a base URL without the secret path
+    calls = {"http": (f"http://127.0.0.1:{port}/v1/messages", {})}
+else:  # through the proxy, without its credentials
+    calls = {s: (f"{s}://api.anthropic.com/v1/messages", {s: f"http://127.0.0.1:{port}"})
+             for s in ("http", "https")}
+for name, (url, proxies) in calls.items():
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
     try:
-        out[scheme] = opener.open(req, timeout=20).status
+        out[name] = opener.open(urllib.request.Request(url, data=body, headers=headers),
+                                timeout=20).status
     except urllib.error.HTTPError as e:
-        out[scheme] = e.code
+        out[name] = e.code
     except OSError as e:
-        out[scheme] = str(getattr(e, "reason", e))
+        out[name] = str(getattr(e, "reason", e))
 print(json.dumps(out))
 """
 
@@ -158,10 +161,11 @@ AGENT = r"""
 import os, subprocess, sys
 from urllib.parse import urlsplit
 import anthropic
-proxy = urlsplit(os.environ["HTTPS_PROXY"])
+mode = sys.argv[3]
+given = os.environ["HTTPS_PROXY" if mode == "forward" else "ANTHROPIC_BASE_URL"]
 intruder = subprocess.run(
     ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
-     "-c", sys.argv[1], str(proxy.port), sys.argv[2]],
+     "-c", sys.argv[1], str(urlsplit(given).port), sys.argv[2], mode],
     env={"PATH": "/usr/bin:/bin"}, cwd="/", capture_output=True, text=True, timeout=60)
 print("INTRUDER " + (intruder.stdout.strip() or intruder.stderr.strip()), flush=True)
 client = anthropic.Anthropic(api_key="sk-ant-dummy-key", max_retries=0)
@@ -172,7 +176,8 @@ print("AGENT done", flush=True)
 
 
 @pytest.mark.slow
-def test_another_local_user_can_neither_tunnel_nor_get_a_call_recorded(tmp_path, mock):
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_another_local_user_can_neither_tunnel_nor_get_a_call_recorded(tmp_path, mock, mode):
     require(os.geteuid() == 0 and shutil.which("setpriv") is not None
             and Path("/usr/bin/python3").exists(),
             "needs root, setpriv and /usr/bin/python3 to act as a second user (nobody)")
@@ -181,16 +186,20 @@ def test_another_local_user_can_neither_tunnel_nor_get_a_call_recorded(tmp_path,
         env.pop(var, None)
     target = f"127.0.0.1:{mock.url.rsplit(':', 1)[1]}"  # a port that listens on this host
     proc = subprocess.run(
-        [FORGE, "run", "--harness", "generic", "--mode", "forward",
-         "--upstream", f"{HOST}={mock.url}", "--", sys.executable, "-c", AGENT, INTRUDER,
-         target], env=env, capture_output=True, text=True, timeout=120,
+        [FORGE, "run", "--harness", "generic" if mode == "forward" else "claude-code",
+         "--mode", mode, "--upstream", f"{HOST}={mock.url}", "--", sys.executable, "-c", AGENT,
+         INTRUDER, target, mode], env=env, capture_output=True, text=True, timeout=120,
         stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [line] = [x for x in proc.stdout.splitlines() if x.startswith("INTRUDER ")]
     tried = orjson.loads(line.removeprefix("INTRUDER "))
-    assert tried["connect"].startswith("HTTP/1.1 407")
-    assert tried["http"] == 407
-    assert "407" in str(tried["https"])
+    if mode == "forward":
+        assert tried["connect"].startswith("HTTP/1.1 407")
+        assert tried["http"] == 407
+        assert "407" in str(tried["https"])
+    else:  # a reverse listener tunnels nowhere, and wants the secret path
+        assert tried["connect"].startswith("HTTP/1.1 4")
+        assert tried["http"] == 403
     # Calls the clients completed = calls upstream = calls in the store: the agent's one.
     assert [r.json()["messages"][0]["content"] for r in mock.requests] == ["the agent's own call"]
     with sqlite3.connect(tmp_path / "home" / "traces.db") as db:
