@@ -10,6 +10,7 @@ times (no 502 page from the proxy), and the exchange is stored as an error with 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -21,7 +22,7 @@ from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.capture import finalize
 from forge_record.records import ERROR, INCOMPLETE
-from forge_record.trust import confdir
+from forge_record.trust import ca_files, confdir
 
 MESSAGE = (b'{"id":"msg_1","type":"message","role":"assistant","model":"m","content":'
            b'[{"type":"text","text":"hi"}],"stop_reason":"end_turn",'
@@ -69,27 +70,42 @@ def hostile(request):
     listener.close()
 
 
-@pytest.fixture
-def recording(tmp_path):
-    """(start(upstream) -> proxy base URL, the exchanges it recorded)."""
+@pytest.fixture(params=["reverse", "forward"])
+def recording(request, tmp_path):
+    """(start(upstream) -> a client that calls through the proxy, the exchanges recorded)."""
     exchanges: list = []
     proxies: list[InProcessProxy] = []
+    host = "api.anthropic.com"
 
-    def start(upstream: str) -> str:
-        addon = Recorder(exchanges.append, upstreams={"api.anthropic.com": upstream},
-                         record_any_host=True)
-        proxy = InProcessProxy(addon, mode="reverse:https://api.anthropic.com",
-                               confdir=confdir(tmp_path))
+    def start(upstream: str) -> anthropic.Anthropic:
+        if request.param == "reverse":
+            addon = Recorder(exchanges.append, upstreams={host: upstream}, record_any_host=True)
+            proxy = InProcessProxy(addon, mode=f"reverse:https://{host}",
+                                   confdir=confdir(tmp_path))
+            proxies.append(proxy)
+            return _client(f"http://127.0.0.1:{proxy.start()}")
+        # forward: the agent keeps https://api.anthropic.com, through a TLS-intercepting proxy
+        addon = Recorder(exchanges.append, model_hosts=[host], upstreams={host: upstream})
+        proxy = InProcessProxy(addon, mode="regular", confdir=confdir(tmp_path))
         proxies.append(proxy)
-        return f"http://127.0.0.1:{proxy.start()}"
+        port = proxy.start()
+        tls = ssl.create_default_context(cafile=ca_files(confdir(tmp_path)).bundle)
+        return _client(f"https://{host}", anthropic.DefaultHttpxClient(
+            proxy=f"http://127.0.0.1:{port}", verify=tls))
 
     yield start, exchanges
     for proxy in proxies:
         proxy.stop()
 
 
-def _call(base_url: str) -> BaseException:
-    client = anthropic.Anthropic(api_key="sk-ant-dummy-key", base_url=base_url, max_retries=0)
+def _client(base_url: str, http_client=None) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key="sk-ant-dummy-key", base_url=base_url, max_retries=0,
+                               http_client=http_client)
+
+
+def _call(client: anthropic.Anthropic | str) -> BaseException:
+    if isinstance(client, str):  # a direct call to this base URL
+        client = _client(client)
     with pytest.raises(anthropic.APIError) as caught:
         client.messages.create(model="claude-haiku-4-5", max_tokens=16,
                                messages=[{"role": "user", "content": "hi"}])
