@@ -24,6 +24,8 @@ from mitmproxy import addons as mitm_addons
 from mitmproxy import master, options
 from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig, update_alt_svc
 
+from forge_record.addons.access import Access
+from forge_record.addons.failures import UpstreamFailures
 from forge_record.addons.loopback import LoopbackOnly
 from forge_record.errors import ForgeRecordError
 
@@ -31,7 +33,7 @@ from forge_record.errors import ForgeRecordError
 # detection, TLS, h2c upgrades refused, reverse-mode Alt-Svc rewritten. Among those left out
 # unless `--set` sets an option of theirs: Block, whose job (refusing non-local clients)
 # LoopbackOnly does more strictly, and Onboarding (the mitm.it page; forge-record installs
-# its CA itself).
+# its CA itself). ProxyAuth is loaded through its option, which `access` sets.
 NEEDED = (core.Core, proxyserver.Proxyserver, next_layer.NextLayer, tlsconfig.TlsConfig,
           disable_h2c.DisableH2C, update_alt_svc.UpdateAltSvc)
 
@@ -102,14 +104,18 @@ class InProcessProxy:
         settings: dict[str, str] | None = None,
         verbose: bool = False,
         stock_addons: bool = False,
+        access: Access | None = None,
     ) -> None:
         """`mode` is a mitmproxy mode spec ("regular" or "reverse:https://host"); `settings`
         are extra mitmproxy options given as strings (from `--set`); `stock_addons` keeps
-        every default mitmproxy addon, idle or not."""
+        every default mitmproxy addon, idle or not; `access`: serve only clients that hold
+        its secret (addons/access.py; `forge-record run` always gives one)."""
         self.addon = addon
         self.mode = mode
         self.confdir = confdir
-        self.settings = settings or {}
+        # The run's own credentials win over a `--set proxyauth=...`: the agent has those.
+        self.access = access
+        self.settings = {**(settings or {}), **(access.settings(mode) if access else {})}
         self.verbose = verbose
         self.stock_addons = stock_addons
         self._ready = _Ready()
@@ -153,7 +159,10 @@ class InProcessProxy:
         opts = options.Options()
         m = master.Master(opts, event_loop=asyncio.get_running_loop(), with_termlog=False)
         m.addons.add(*stock_addons(self.settings, all_of_them=self.stock_addons))
-        m.addons.add(LoopbackOnly(), self.addon, self._ready)
+        # UpstreamFailures after the recorder: it reads a failed flow's cause first.
+        # Access checks come first (ProxyAuth is a stock addon, loaded when its option is set).
+        guards = self.access.addons(self.mode) if self.access else []
+        m.addons.add(LoopbackOnly(), *guards, self.addon, UpstreamFailures(), self._ready)
         try:
             opts.update(
                 listen_host="127.0.0.1",

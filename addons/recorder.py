@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from mitmproxy import http, tls
 
 from forge_record import engine as engines
+from forge_record.addons.failures import upstream_failed
 from forge_record.capture import DEFAULT_MAX_BODY, Capture
 from forge_record.decoders import Dialect, dialect_for
 from forge_record.decoders.base import is_event_stream
@@ -76,6 +77,8 @@ class Recorder:
     # --- recording ------------------------------------------------------------------------
 
     def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None:
+            return  # answered by the proxy itself (a client refused by addons/access.py)
         req = flow.request
         # What the agent asked for, before any redirect to an upstream (which rewrites the
         # Host header too): routing reads it, the record keeps it.
@@ -122,9 +125,11 @@ class Recorder:
         self._finish(flow, None)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        self._finish(flow, flow.error.msg if flow.error else "error")
+        # The cause is kept; an upstream that failed (refused, reset, a body cut short) makes
+        # the exchange an error or incomplete, never complete (Capture.finish).
+        self._finish(flow, flow.error.msg if flow.error else "error", upstream_failed(flow))
 
-    def _finish(self, flow: http.HTTPFlow, error: str | None) -> None:
+    def _finish(self, flow: http.HTTPFlow, error: str | None, upstream: bool = False) -> None:
         capture: Capture | None = flow.metadata.get(_META)
         if capture is None or capture.finished:
             return
@@ -137,7 +142,7 @@ class Recorder:
                 "",
             )
             capture.tee(flow.response.get_content(strict=False) or b"")
-        exchange = capture.finish(error)
+        exchange = capture.finish(error, upstream_failed=upstream)
         self.recorded += 1
         try:
             self.sink(exchange)

@@ -137,6 +137,10 @@ class Proxy:
     ca: str | None  # the CA certificate to trust (forward mode)
     store: str | None = None  # forge: its store URL
     stored: int = 0  # forge: model calls known to be stored so far
+    url: str = ""  # what a client is given: forge's carries the run's secret (hold.py)
+
+    def __post_init__(self) -> None:
+        self.url = self.url or f"http://127.0.0.1:{self.port}"
 
     def cpu_seconds(self) -> float:
         """All of the proxy's processes: forge-record's store writer included."""
@@ -190,8 +194,8 @@ def start_proxy(children: Children, kind: str, mode: str, upstream: str, tmp: Pa
         run += ["--upstream", f"api.anthropic.com={upstream}"]
     child = children.start([str(BENCH / "forge_proc.py"), *extra, "--", *run, "--",
                             sys.executable, str(BENCH / "hold.py")], name, env=env)
-    port, ca = child.expect("listening", 60)
-    return Proxy(child, kind, int(port), None if ca == "-" else ca, store)
+    port, ca, url = child.expect("listening", 60)
+    return Proxy(child, kind, int(port), None if ca == "-" else ca, store, url=url)
 
 
 _ROUTING_VARS = {"ANTHROPIC_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"}

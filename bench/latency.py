@@ -74,7 +74,7 @@ def _targets(children: Children, p: dict, mock_url: str, tmp: Path) -> dict:
             extra = tuple(p["variants"][name.removeprefix("forge-rev-")].split())
         kind, mode = PROXIES.get(name, ("forge", "reverse"))
         proxy = start_proxy(children, kind, mode, mock_url, tmp, name, extra)
-        url = f"http://127.0.0.1:{proxy.port}"
+        url = proxy.url
         targets[name] = (Target(name, url) if mode == "reverse" else
                          Target(name, "https://api.anthropic.com", proxy=url, verify=proxy.ca))
     return targets

@@ -1,6 +1,6 @@
 """The throughput benchmark's load: N concurrent streaming clients on raw asyncio sockets.
 
-    python bench/load_client.py --port P --exchanges 2000 --concurrency 20 --model bench-20-0-10
+    python bench/load_client.py --url URL --exchanges 2000 --concurrency 20 --model bench-20-0-10
         [--tls-host api.anthropic.com --cafile CA]   (forward mode: CONNECT, then TLS)
 
 Each of `concurrency` workers keeps one keep-alive connection and makes streamed Messages
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import ssl
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -26,14 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DUMMY_KEY  # noqa: E402
 
 
-def request_bytes(host: str, model: str) -> bytes:
+def request_bytes(host: str, model: str, prefix: str = "") -> bytes:
     body = orjson.dumps({
         "model": model, "max_tokens": 1024, "stream": True,
         "system": "You are a coding agent. Keep answers short.",
         "messages": [{"role": "user", "content": "List the files, then run the tests. " * 8}],
     })
-    head = (f"POST /v1/messages HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-            f"accept: text/event-stream\r\nx-api-key: {DUMMY_KEY}\r\n"
+    head = (f"POST {prefix}/v1/messages HTTP/1.1\r\nhost: {host}\r\n"
+            f"content-type: application/json\r\naccept: text/event-stream\r\n"
+            f"x-api-key: {DUMMY_KEY}\r\n"
             f"anthropic-version: 2023-06-01\r\ncontent-length: {len(body)}\r\n\r\n")
     return head.encode() + body
 
@@ -51,10 +54,15 @@ async def _read_chunked(reader: asyncio.StreamReader) -> int:
 
 
 async def _open(args) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", args.port)
+    url = urlsplit(args.url)
+    reader, writer = await asyncio.open_connection("127.0.0.1", url.port)
     if args.tls_host:
-        writer.write(f"CONNECT {args.tls_host}:443 HTTP/1.1\r\nhost: {args.tls_host}:443\r\n\r\n"
-                     .encode())
+        auth = ""  # forge-record's proxy asks for the run's credentials (addons/access.py)
+        if url.username:
+            token = base64.b64encode(f"{url.username}:{url.password}".encode()).decode()
+            auth = f"proxy-authorization: Basic {token}\r\n"
+        writer.write(f"CONNECT {args.tls_host}:443 HTTP/1.1\r\nhost: {args.tls_host}:443\r\n"
+                     f"{auth}\r\n".encode())
         head = await reader.readuntil(b"\r\n\r\n")
         if b" 200" not in head.split(b"\r\n", 1)[0]:
             raise ConnectionError(f"CONNECT refused: {head[:60]!r}")
@@ -68,7 +76,9 @@ class _Load:
         self.args = args
         self.left = args.exchanges
         self.done = self.errors = self.sse_bytes = 0
-        self.request = request_bytes(args.tls_host or f"127.0.0.1:{args.port}", args.model)
+        url = urlsplit(args.url)  # reverse mode: its path is forge-record's secret prefix
+        self.request = request_bytes(args.tls_host or url.netloc, args.model,
+                                     "" if args.tls_host else url.path.rstrip("/"))
 
     async def worker(self) -> None:
         reader, writer = await _open(self.args)
@@ -97,7 +107,7 @@ class _Load:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--url", required=True, help="the proxy or base URL the agent is given")
     ap.add_argument("--exchanges", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=20)
     ap.add_argument("--model", default="bench-20-0-10")

@@ -53,8 +53,8 @@ QUICK = {"rounds": 1, "exchanges": 300, "concurrency": 20, "model": "bench-20-0-
 _SHORT = {"reverse": "rev", "forward": "fwd"}
 
 
-def _load(port: int, p: dict, exchanges: int, tls_ca: str | None) -> dict:
-    args = [sys.executable, str(BENCH / "load_client.py"), "--port", str(port),
+def _load(url: str, p: dict, exchanges: int, tls_ca: str | None) -> dict:
+    args = [sys.executable, str(BENCH / "load_client.py"), "--url", url,
             "--exchanges", str(exchanges), "--concurrency", str(p["concurrency"]),
             "--model", p["model"]]
     if tls_ca:
@@ -70,7 +70,7 @@ def _one_run(target: dict, p: dict, exchanges: int) -> dict:
     proxy = target["proxy"]
     cpu0 = proxy.cpu_seconds() if proxy else 0.0
     proxy_cpu0 = proxy.proxy_cpu_seconds() if proxy else 0.0
-    load = _load(target["port"], p, exchanges, target["ca"])
+    load = _load(target["url"], p, exchanges, target["ca"])
     row = {"rate": load["exchanges"] / load["seconds"], "sse_mb": load["sse_bytes"] / 1e6,
            "seconds": load["seconds"]}
     if proxy:
@@ -85,14 +85,14 @@ def _one_run(target: dict, p: dict, exchanges: int) -> dict:
 
 def _start_targets(children: Children, p: dict, mock_url: str, tmp: Path) -> dict:
     mock_port = int(mock_url.rsplit(":", 1)[1])
-    targets = {"direct": {"proxy": None, "port": mock_port, "ca": None}}
+    targets = {"direct": {"proxy": None, "url": f"http://127.0.0.1:{mock_port}", "ca": None}}
     wanted = [(f"{kind}-{_SHORT[mode]}", kind, mode, ()) for mode in p["modes"]
               for kind in ("bare", "lean", "forge")]
     wanted += [(f"forge-rev-{name}", "forge", "reverse", tuple(extra.split()))
                for name, extra in p["variants"].items()]
     for name, kind, mode, extra in wanted:
         proxy = start_proxy(children, kind, mode, mock_url, tmp, name, extra)
-        targets[name] = {"proxy": proxy, "port": proxy.port, "ca": proxy.ca, "sent": 0,
+        targets[name] = {"proxy": proxy, "url": proxy.url, "ca": proxy.ca, "sent": 0,
                          "null": not stores(extra)}
     return targets
 

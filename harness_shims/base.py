@@ -10,6 +10,10 @@ starts anything. Two routing modes exist (docs/ROUTING.md):
   sends the paths it would send without the recorder and the proxy forwards them unchanged;
 - forward: HTTPS_PROXY plus every CA variable the common runtimes read, so the CLI keeps
   talking to its real host and the proxy intercepts TLS for model hosts only.
+
+The `proxy_url` a shim gets carries the run's secret (addons/access.py): in forward mode as
+proxy credentials, `http://forge:<token>@127.0.0.1:PORT`; in reverse mode as the first path
+segment of the base URL, `http://127.0.0.1:PORT/<token>`. A shim passes it on whole.
 """
 
 from __future__ import annotations

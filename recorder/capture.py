@@ -37,6 +37,7 @@ log = logging.getLogger("forge_record")
 DEFAULT_MAX_BODY = 64 << 20  # per body: far above any model call seen, far below a bomb
 PENDING = "pending"  # an exchange's status until finalize() has folded its response
 _NO_DECODER = ("content_decode_error", "unknown_content_encoding:")
+UPSTREAM_FAILED = "upstream_failed"  # the cause is in the `aborted:<cause>` flag beside it
 
 
 class Capture:
@@ -118,9 +119,11 @@ class Capture:
                     self._decoder = _decoder_failed(self.exchange, e)
         return chunk
 
-    def finish(self, error: str | None = None) -> Exchange:
+    def finish(self, error: str | None = None, *, upstream_failed: bool = False) -> Exchange:
         """End the capture. A live-decoded exchange is settled here; any other is PENDING
-        until finalize() folds it."""
+        until finalize() folds it. `upstream_failed`: the error came from the upstream side
+        (refused, reset, closed before the body's end), flagged so that the exchange is
+        settled as an error (no response) or incomplete (a response cut short)."""
         self.finished = True
         ex = self.exchange
         ex.ended_at = time.time()
@@ -128,6 +131,8 @@ class Capture:
         self._chunks = []
         if error is not None:
             _flag(ex, f"aborted:{error}")
+            if upstream_failed:
+                _flag(ex, UPSTREAM_FAILED)
         if self.decode_live:
             _settle(ex, self._decoder)
         else:
@@ -193,10 +198,13 @@ def _settle(ex: Exchange, decoder: ResponseDecoder | None) -> None:
     # Complete means the protocol's terminal event arrived. A connection that ended after it
     # (an agent that hangs up once it has `[DONE]`, before the last bytes of the transfer)
     # keeps its `aborted:` flag, but the record is whole.
-    complete = decoder is not None and decoder.complete
+    # An upstream that failed before responding is an error (the agent got none); one that
+    # cut its body short (of its Content-Length, before the last chunk) left it incomplete,
+    # even when what arrived parses whole.
+    complete = decoder is not None and decoder.complete and UPSTREAM_FAILED not in ex.flags
     if ex.http_status is not None and ex.http_status >= 400 or (
         ex.response is not None and ex.response.error
-    ):
+    ) or (ex.http_status is None and UPSTREAM_FAILED in ex.flags):
         ex.status = ERROR
     elif not complete:
         ex.status = INCOMPLETE

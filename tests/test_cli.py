@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -85,7 +86,8 @@ def test_forward_env_reaches_the_child(env):
             "os.environ['NO_PROXY'])")
     proc = forge(env, "run", "--", PY, "-c", code)
     proxy, ca, no_proxy = proc.stdout.split()
-    assert proxy.startswith("http://127.0.0.1:")
+    # with this run's proxy credentials: the proxy serves no other client (addons/access.py)
+    assert re.fullmatch(r"http://forge:[0-9a-f]{32}@127\.0\.0\.1:\d+", proxy)
     assert Path(ca).read_text().startswith("-----BEGIN CERTIFICATE-----")
     assert "127.0.0.1" in no_proxy and "localhost" in no_proxy
     ca_dir = Path(ca).parent

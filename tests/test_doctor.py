@@ -34,9 +34,14 @@ def test_self_test_passes_offline(tmp_path):
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "harness: gemini-cli" in out and "mode: forward (auto)" in out
-    assert "  NODE_EXTRA_CA_CERTS=" in out and "  HTTPS_PROXY=http://127.0.0.1:<port>" in out
+    assert "  NODE_EXTRA_CA_CERTS=" in out
+    assert "  HTTPS_PROXY=http://forge:<token>@127.0.0.1:<port>" in out
     for line in ("ok   forward mode: reply unchanged: TLS trusted with the Python bundle",
                  "ok   forward mode: recorded: gemini.generate complete",
+                 "ok   forward mode: other clients refused: without the run's proxy "
+                 "credentials: Tunnel connection failed: 407 Proxy Authentication Required",
+                 "ok   reverse mode: other clients refused: without the run's secret path: "
+                 "403 Forbidden",
                  "ok   reverse mode: reply unchanged",
                  "ok   reverse mode: recorded: gemini.generate complete",
                  "ok   Python (httpx, requests): SSL_CERT_FILE: "):
@@ -50,7 +55,7 @@ def test_reverse_mode_needs_no_ca(tmp_path):
     proc = doctor(tmp_path, "--no-self-test", "--", "gemini", "-p", "hi",
                   GOOGLE_GEMINI_BASE_URL="https://gw.example/gemini")
     assert "mode: reverse (auto)" in proc.stdout
-    assert "  GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:<port>" in proc.stdout
+    assert "  GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:<port>/<token>" in proc.stdout
     assert "-    not needed" in proc.stdout
 
 

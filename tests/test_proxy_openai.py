@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+import httpx2
 import openai
 import pytest
 from support import Arrivals
@@ -245,7 +246,10 @@ def test_a_compatible_server_in_the_clear_is_recorded_when_it_speaks_chat(mock, 
         with client.chat.completions.stream(model="Qwen/Qwen3-8B", tools=CHAT_TOOLS,
                                             messages=[{"role": "user", "content": PROMPT}]) as s:
             completion = s.get_final_completion()
-        http.post(mock.url + "/v1/chat/completions", content=b"not a model call")
+        # The mock hangs up on a body that is not JSON; through the proxy the client sees
+        # that hang-up too, as it would directly (not a 502 page).
+        with pytest.raises(httpx2.RemoteProtocolError):
+            http.post(mock.url + "/v1/chat/completions", content=b"not a model call")
         [ex] = exchanges.finalized(1)
         time.sleep(0.2)
     finally:

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from secret_corpus import AWS_SECRET, CASES, HEX40
 
 from forge_record.capture import Capture, finalize
 from forge_record.decoders import dialect_for
@@ -26,6 +27,7 @@ SECRETS = {
     "gitlab_token": "glpat-" + "x" * 20,
     "slack_token": "xoxb-1234567890-abcdefghij",
     "aws_access_key": "AKIAIOSFODNN7EXAMPLE",
+    "stripe_key": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
     "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXZhbHVl",
     "private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n"
                    "-----END OPENSSH PRIVATE KEY-----",
@@ -131,7 +133,12 @@ def test_secrets_in_bodies_never_reach_the_store(tmp_path, redact):
 _PIECES = [*SECRETS.values(), "DB_PASSWORD=hunter22", "api_key: 'abcd1234'", "access_key=",
            "Private_Key :", "secret", "token", "max_tokens: 1000", "task-", "sk-", "gh", "IA",
            "eyJ", "xoxb-", "-----BEGIN ", "İ", "\u212a", "\u00a0", "\u3000", "\x1c", "é",
-           "\\n", "\\", '"', "=", " ", "\n", "\0", "a", "Z9_-"]
+           "\\n", "\\", '"', "=", " ", "\n", "\0", "a", "Z9_-",
+           # the context rules' kinds and their pieces (tests/secret_corpus.py has them whole)
+           *(case.text for case in CASES), *(case.near for case in CASES), "sk_live_", "_live_",
+           "rk_", "4eC39HqLyjWDarjtT1zdp7dc", "SecretAccessKey", '": "', "AKIAIOSFODNN7EXAMPLE",
+           AWS_SECRET, AWS_SECRET.lower(), "[REDACTED:aws_access_key:0123abcd]", ",",
+           "private_key_id", HEX40, "://", "user:", "pw@", "@", ":", "/"]
 
 
 @settings(max_examples=400, deadline=None)

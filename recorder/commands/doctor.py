@@ -8,19 +8,24 @@ the proxy and a mock model API on 127.0.0.1, and sends one model request through
 forward mode (TLS intercepted with the CA, verified with the bundle Python clients get; plus a
 TLS handshake from Node verified through NODE_EXTRA_CA_CERTS when `node` is installed) and in
 reverse mode, checking each time that the reply arrived byte for byte as a direct call's and
-that the call was recorded. Exit status: 0 when every check passed, 1 otherwise.
+that the call was recorded; and that the same request without the run's credentials (proxy
+credentials in forward mode, the secret path in reverse mode) is refused and not recorded.
+Exit status: 0 when every check passed, 1 otherwise.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import shutil
 import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 import orjson
@@ -31,7 +36,10 @@ from forge_record.errors import ForgeRecordError, UsageError
 from forge_record.harness_shims import CaFiles, Shim
 from forge_record.paths import home
 
-PLACEHOLDER = "http://127.0.0.1:<port>"
+# What a run gives the agent: the proxy URL with the run's credentials (forward), or a base
+# URL whose first path segment is the run's secret (reverse); addons/access.py.
+PLACEHOLDER = {"forward": "http://forge:<token>@127.0.0.1:<port>",
+               "reverse": "http://127.0.0.1:<port>/<token>"}
 GEMINI_HOSTS = ("generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com")
 PROBES = {  # dialect family -> (path, body) of one small model request
     "gemini": ("/v1beta/models/gemini-2.5-flash:generateContent",
@@ -51,10 +59,12 @@ REPLACED = ("HTTPS_PROXY", "HTTP_PROXY", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
             "REQUESTS_CA_BUNDLE")
 NODE_PROBE = """
 const http = require('http'), tls = require('tls');
-const [port, host] = process.argv.slice(1);
+const [port, host, auth] = process.argv.slice(1);
 const fail = (e) => { console.log('error: ' + e.message); process.exit(1); };
-const req = http.request({host: '127.0.0.1', port, method: 'CONNECT', path: host + ':443'});
+const req = http.request({host: '127.0.0.1', port, method: 'CONNECT', path: host + ':443',
+                          headers: {'proxy-authorization': auth}});
 req.on('connect', (res, socket) => {
+  if (res.statusCode !== 200) fail(new Error('CONNECT answered ' + res.statusCode));
   const s = tls.connect({socket, servername: host}, () => { console.log('trusted'); s.destroy(); });
   s.on('error', fail);
 });
@@ -104,8 +114,8 @@ def doctor(harness, mode, no_self_test, command) -> None:
     click.echo(f"mode: {route.mode}" + (" (auto)" if mode == "auto" else ""))
     conf = trust.confdir(home())
     ca = _ensure_ca(conf)
-    env = (shim.reverse_env(PLACEHOLDER, environ) if route.mode == "reverse"
-           else shim.forward_env(PLACEHOLDER, ca, environ))
+    env = (shim.reverse_env(PLACEHOLDER["reverse"], environ) if route.mode == "reverse"
+           else shim.forward_env(PLACEHOLDER["forward"], ca, environ))
     click.echo("environment it sets:")
     for name in sorted(env):
         click.echo(f"  {name}={env[name]}")
@@ -234,30 +244,42 @@ def _self_test(shim: Shim, conf: Path, ca: CaFiles, report: Report) -> None:
 
 
 def _probe(mode, host, path, body, direct, mock_url, conf, ca: CaFiles, report) -> None:
+    from forge_record.addons.access import Access
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
     from forge_record.capture import finalize
 
     got: list = []
-    upstreams = {host: mock_url}
+    upstreams, access = {host: mock_url}, Access()
     if mode == "forward":
         addon = Recorder(got.append, model_hosts=[host], upstreams=upstreams)
-        proxy = InProcessProxy(addon, mode="regular", confdir=conf)
+        proxy = InProcessProxy(addon, mode="regular", confdir=conf, access=access)
     else:
         addon = Recorder(got.append, upstreams=upstreams, record_any_host=True)
-        proxy = InProcessProxy(addon, mode=f"reverse:https://{host}", confdir=conf)
+        proxy = InProcessProxy(addon, mode=f"reverse:https://{host}", confdir=conf,
+                               access=access)
     port = proxy.start()
+    agent_url, anyone_url = access.proxy_url(port, mode), f"http://127.0.0.1:{port}"
     try:
+        # One request as another local user would send it (no credentials), which must be
+        # refused and not recorded; then the agent's own.
         if mode == "forward":
-            reply = _post(f"https://{host}{path}", body, proxy_port=port, cafile=ca.bundle)
-            _node_probe(port, host, ca, report)
+            refused = _refusal(lambda: _post(f"https://{host}{path}", body, proxy=anyone_url,
+                                             cafile=ca.bundle))
+            reply = _post(f"https://{host}{path}", body, proxy=agent_url, cafile=ca.bundle)
+            _node_probe(port, host, access, ca, report)
         else:
-            reply = _post(f"http://127.0.0.1:{port}{path}", body)
+            refused = _refusal(lambda: _post(f"{anyone_url}{path}", body))
+            reply = _post(f"{agent_url}{path}", body)
         deadline = time.monotonic() + 5
         while not got and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         proxy.stop()
+    without = "the run's proxy credentials" if mode == "forward" else "the run's secret path"
+    report.check(refused is not None, f"{mode} mode: other clients refused",
+                 f"without {without}: {refused}" if refused else
+                 f"a request without {without} went through")
     how = "TLS trusted with the Python bundle, " if mode == "forward" else ""
     report.check(reply == direct, f"{mode} mode: reply unchanged",
                  f"{how}{len(reply)} bytes, as a direct call" if reply == direct else
@@ -269,9 +291,20 @@ def _probe(mode, host, path, body, direct, mock_url, conf, ca: CaFiles, report) 
                  f"{mode} mode: recorded", ", ".join(recorded) or "nothing arrived")
 
 
-def _post(url: str, body: dict, proxy_port: int | None = None, cafile: str | None = None
-          ) -> bytes:
-    proxies = {"https": f"http://127.0.0.1:{proxy_port}"} if proxy_port else {}
+def _refusal(send) -> str | None:
+    """How the proxy refused what `send` sent (407 on the CONNECT, 403), or None if it did
+    not."""
+    try:
+        send()
+    except urllib.error.HTTPError as e:
+        return f"{e.code} {e.reason}"
+    except OSError as e:  # urllib: "Tunnel connection failed: 407 Proxy Authentication..."
+        return str(e.reason if isinstance(e, urllib.error.URLError) else e)
+    return None
+
+
+def _post(url: str, body: dict, proxy: str | None = None, cafile: str | None = None) -> bytes:
+    proxies = {"https": proxy} if proxy else {}
     handlers: list = [urllib.request.ProxyHandler(proxies)]  # {}: ignore the user's proxy
     if cafile:
         handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(
@@ -282,13 +315,15 @@ def _post(url: str, body: dict, proxy_port: int | None = None, cafile: str | Non
         return response.read()
 
 
-def _node_probe(port: int, host: str, ca: CaFiles, report: Report) -> None:
+def _node_probe(port: int, host: str, access, ca: CaFiles, report: Report) -> None:
     node = shutil.which("node")
     if node is None:
         report.check(None, "forward mode: Node trust", "node is not installed")
         return
     env = {**os.environ, "NODE_EXTRA_CA_CERTS": ca.cert}
-    proc = subprocess.run([node, "-e", NODE_PROBE, str(port), host], env=env, timeout=30,
+    auth = "Basic " + base64.b64encode(
+        urlsplit(access.proxy_url(port, "forward")).netloc.rpartition("@")[0].encode()).decode()
+    proc = subprocess.run([node, "-e", NODE_PROBE, str(port), host, auth], env=env, timeout=30,
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     out = proc.stdout.strip() or proc.stderr.strip()[-200:]
     report.check(out == "trusted", "forward mode: Node trust",

@@ -14,7 +14,9 @@ import math
 import click
 import orjson
 
+from forge_record import config
 from forge_record.commands.common import key_value, open_store, store_option
+from forge_record.paths import home
 
 
 @click.command()
@@ -32,7 +34,8 @@ def label(store, ref, reward, tag, note) -> None:
     try:
         session_id = st.resolve_session(ref)
         if reward is not None or tag or note is not None:
-            st.label_session(session_id, reward=reward, tags=tag or None, note=note)
+            tags = config.redactor(home()).tags(tag) if tag else None  # as `run --tag` does
+            st.label_session(session_id, reward=reward, tags=tags, note=note)
         current = st.get_label(session_id)
     finally:
         st.close()

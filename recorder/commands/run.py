@@ -76,9 +76,11 @@ def run(store, mode, harness, upstream, engine, top_logprobs, tag, settings, no_
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
     route.engine, route.top_logprobs = engine, top_logprobs
     redactor = None if no_redact_bodies else config.redactor(home())
+    # Tag values are redacted even with --no-redact-bodies: they are not bodies.
+    tags = (redactor or config.redactor(home())).tags(tag)
     exit_code = record(
         argv, shim, route, store_url(store),
-        tags=tag, settings=settings, verbose=verbose, redactor=redactor,
+        tags=tags, settings=settings, verbose=verbose, redactor=redactor,
     )
     sys.exit(exit_code)
 
@@ -120,6 +122,7 @@ def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[s
 def record(
     argv, shim: Shim, route: Route, url: str, *, tags, settings, verbose, redactor=None
 ) -> int:
+    from forge_record.addons.access import Access
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
     from forge_record.addons.websocket import WebSocketRecorder
@@ -158,14 +161,15 @@ def record(
         top_logprobs=route.top_logprobs,
     )
     conf = trust.confdir(home())
+    access = Access()  # this run's secret: the proxy serves the agent it starts, no one else
     proxy = InProcessProxy(
         WebSocketRecorder(addon), mode=route.mitm_mode, confdir=conf, settings=settings,
-        verbose=verbose > 1,
+        verbose=verbose > 1, access=access,
     )
     exit_code = None
     started = False  # a session is stored only once the proxy is up and the store open
     try:
-        proxy_url = f"http://127.0.0.1:{proxy.start()}"
+        proxy_url = access.proxy_url(proxy.start(), route.mode)
         writer.ready()  # a store that cannot be opened fails here, before the agent starts
         writer.submit_session(session)
         started = True

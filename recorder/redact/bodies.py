@@ -8,8 +8,13 @@ always maps to the same placeholder, so deduplication and "is this the same key?
 still work, but the secret cannot be recovered from the record. Placeholders hold no quote or
 backslash, so JSON text stays valid JSON.
 
-`.env`-style assignments (`PASSWORD=...`, `API_TOKEN: ...`) keep their name and lose their
-value. User patterns (regexes) are added with the kind "custom".
+Secrets known by their shape (API keys, tokens, private key blocks) are replaced whole. Those
+known by their context lose their value and keep the context: `.env`-style assignments
+(`PASSWORD=...`, `API_TOKEN: ...`), an AWS secret access key after a credential word or an
+access key id, a service account's `private_key_id`, the password in a URL's userinfo
+(`postgres://user:PASSWORD@host`). Session tags go through the same rules (`tags`). User
+patterns (regexes) are added with the kind "custom". docs/RELIABILITY.md lists every kind;
+tests/secret_corpus.py holds a positive and a near miss for each.
 """
 
 from __future__ import annotations
@@ -38,15 +43,41 @@ _PATTERNS: list[tuple[str, str]] = [
     ("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}"),
     ("slack_token", r"xox[abposr]-[A-Za-z0-9-]{10,}"),
     ("aws_access_key", r"(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("stripe_key", r"[sr]k_live_[0-9A-Za-z]{24,}"),  # secret and restricted live keys
     ("jwt", r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
 ]
-# NAME=value / NAME: value where NAME says it is secret, searched in the lower-cased text
-# (a case-insensitive regex is several times slower). The value stops at whitespace, quotes
-# and backslashes: an escaped newline inside JSON text starts with one.
-_ASSIGNMENT = re.compile(
-    r"(?:password|passwd|secret|token|api_key|apikey|access_key|private_key)[a-z0-9_]*"
-    r"\s*[=:]\s*[\"']?(?P<value>[^\s\"'\\,;]{4,})"
-)
+# Secrets told by their context, each a (kind, regex) searched in the lower-cased text (a
+# case-insensitive regex is several times slower): only the `value` group is replaced, the
+# context stays. `{ws}` stands for one whitespace character (see _CONTEXT_IN_BYTES), `{q}`
+# for an optional quote, plain or escaped as inside JSON text. Values stop at whitespace,
+# quotes and backslashes: an escaped newline inside JSON text starts with one.
+_Q = r"(?:\\?[\"'])?"
+_CONTEXT_TEMPLATES: list[tuple[str, str]] = [
+    # NAME=value / NAME: value where NAME says it is secret (.env files, YAML, shell).
+    ("assignment",
+     r"(?:password|passwd|secret|token|api_key|apikey|access_key|private_key)[a-z0-9_]*"
+     r"{ws}*[=:]{ws}*[\"']?(?P<value>[^\s\"'\\,;]{4,})"),
+    # An AWS secret access key however it is written: 40 base64 characters right after a
+    # credential word (`"SecretAccessKey": "..."`, `secret ...`) or an access key id, which
+    # the key pass has made a placeholder by then (`AKIA...,<secret>` in a credentials CSV).
+    # Mixed case is required where it is applied (_is_secret): hex digests are not keys.
+    ("aws_secret_key",
+     r"(?:secret[a-z0-9_]*|\[redacted:aws_access_key:[0-9a-f]{8}\])"
+     r"(?:{ws}|\\[nrt]|[\"',;:=|\\]){1,12}(?P<value>[a-z0-9/+]{40})(?![a-z0-9/+=])"),
+    # A Google service account's key id, as its JSON file writes it.
+    ("gcp_private_key_id",
+     r"private_key_id{q}{ws}*[=:]{ws}*{q}(?P<value>[0-9a-f]{40})(?![0-9a-z])"),
+    # The password in a URL's userinfo, in any text: postgres://user:PASSWORD@host.
+    ("url_password", r"://[^\s/:@\"'\\]*:(?P<value>[^\s/@\"'\\]+)@"),
+]
+
+
+def _context_rule(template: str, ws: str) -> str:
+    return template.replace("{ws}", ws).replace("{q}", _Q)
+
+
+_CONTEXTS = [(kind, re.compile(_context_rule(t, r"\s"))) for kind, t in _CONTEXT_TEMPLATES]
+_ASSIGNMENT = _CONTEXTS[0][1]
 _WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 _WORD = frozenset([*_WORD_CHARS, *(c.encode() for c in _WORD_CHARS)])  # as str and as bytes
 _ESCAPES = frozenset(["\\n", "\\r", "\\t", b"\\n", b"\\r", b"\\t"])  # JSON text's \n \r \t
@@ -61,9 +92,13 @@ _ESCAPES = frozenset(["\\n", "\\r", "\\t", b"\\n", b"\\r", b"\\t"])  # JSON text
 # is a memchr; `bytes in bytes` is not).
 _KEY_NEEDLES = ((b"-----BEGIN ", (0,), None), (b"sk-", (0,), None), (b"AIza", (0,), ord("z")),
                 (b"gh", (0,), None), (b"glpat-", (0,), None), (b"xox", (0,), None),
-                (b"IA", (2,), ord("I")), (b"eyJ", (0,), ord("J")))
+                (b"IA", (2,), ord("I")), (b"eyJ", (0,), ord("J")), (b"k_liv", (1,), None))
+# Context rules' needles, in the lower-cased text: the names above; "secret" or an access key
+# placeholder starts the AWS rule (an access key id in the text is found by the key pass), and
+# "key" is 21 characters into that placeholder and 8 into "private_key_id"; "://" starts a
+# URL's userinfo, which only text holding an "@" can have.
 _NAME_NEEDLES = ((b"passw", (0,), None), (b"secret", (0,), None), (b"token", (0,), None),
-                 (b"key", (3, 4, 7, 8), None))
+                 (b"key", (3, 4, 7, 8, 21), None), (b"://", (0,), ord("@")))
 # The prefilter works on UTF-8 bytes: bytes.lower() is ten times faster than str.lower() on
 # text that is not all ASCII. Its patterns match wherever the str patterns would: the key
 # patterns are ASCII; in the assignment, any byte of a non-ASCII character may be whitespace
@@ -71,8 +106,9 @@ _NAME_NEEDLES = ((b"passw", (0,), None), (b"secret", (0,), None), (b"token", (0,
 # Only two characters outside ASCII lower-case into ASCII, so text holding one of them takes
 # the slow path.
 _KEYS_IN_BYTES = re.compile("|".join(p for _, p in _PATTERNS).encode(), re.DOTALL)
-_ASSIGNMENT_IN_BYTES = re.compile(
-    _ASSIGNMENT.pattern.replace(r"\s*", r"[\s\x1c-\x1f\x80-\xff]*").encode())
+_CONTEXT_IN_BYTES = re.compile("|".join(
+    _context_rule(t, r"[\s\x1c-\x1f\x80-\xff]").replace("(?P<value>", "(?:")
+    for _, t in _CONTEXT_TEMPLATES).encode())
 _LOWER_INTO_ASCII = ("\u212a".encode(), "\u0130".encode())  # KELVIN SIGN, I WITH DOT ABOVE
 # An agent's request is its previous request plus a few messages. So the prefilter keeps the
 # last few big bodies it passed, with where each needle occurs in them, and searches a new
@@ -122,7 +158,9 @@ class Redactor:
         text = self._pattern.sub(self._replace, text)
         if self._custom is not None:
             text = self._custom.sub(lambda m: self._counted("custom", m.group()), text)
-        return self._redact_assignments(text)
+        for kind, rule in _CONTEXTS:
+            text = self._redact_values(text, kind, rule)
+        return text
 
     def may_hold_secrets(self, text: str | bytes) -> bool:
         """False only if `text()` would leave `text` (or its UTF-8 bytes) as it is. It may say
@@ -138,7 +176,7 @@ class Redactor:
             return True
         lowered, keys, names = scanned
         if (_any_match(_KEYS_IN_BYTES, data, _KEY_NEEDLES, keys, word=True)
-                or _any_match(_ASSIGNMENT_IN_BYTES, lowered, _NAME_NEEDLES, names, word=False)):
+                or _any_match(_CONTEXT_IN_BYTES, lowered, _NAME_NEEDLES, names, word=False)):
             return True
         self._passed.append(_Passed(data, lowered, frozenset(keys), frozenset(names)))
         return False
@@ -196,6 +234,17 @@ class Redactor:
             return value
         return self._value(value)
 
+    def tags(self, tags: dict[str, str]) -> dict[str, str]:
+        """Session tags (`--tag K=V`) with secret values replaced: each is read as the
+        assignment `K=V`, so `token=abc123` loses its value as `TOKEN=abc123` would, and a
+        key-shaped value (`note=ghp_...`) is caught whatever its name."""
+        out = {}
+        for key, value in tags.items():
+            redacted = self.text(f"{key}={value}")
+            head = f"{key}="
+            out[key] = redacted[len(head):] if redacted.startswith(head) else self.text(value)
+        return out
+
     def _value(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.text(value)
@@ -210,16 +259,17 @@ class Redactor:
             return match.group()  # the tail of a longer word, e.g. "task-ant-..."
         return self._counted(_kind_of(match.group()), match.group())
 
-    def _redact_assignments(self, text: str) -> str:
+    def _redact_values(self, text: str, kind: str, rule: re.Pattern[str]) -> str:
+        """`text` with the `value` of each match of a context rule replaced."""
         lowered = _lowered(text)
         pieces, last = [], 0
-        for match in _ASSIGNMENT.finditer(lowered):
+        for match in rule.finditer(lowered):
             start, end = match.span("value")
             value = text[start:end]
-            if (value.isdigit() or value.lower() in _NOT_SECRETS
+            if (not _is_secret(kind, value) or value.startswith("[REDACTED:")
                     or _in_placeholder(text, match.start())):
                 continue
-            pieces += [text[last:start], self._counted("assignment", value)]
+            pieces += [text[last:start], self._counted(kind, value)]
             last = end
         return "".join(pieces) + text[last:] if pieces else text
 
@@ -264,7 +314,7 @@ def _may_hold_secrets(data: bytes) -> bool:
         return True
     if not data.isascii() and any(c in data for c in _LOWER_INTO_ASCII):
         return True
-    return any(True for _ in _matches(_ASSIGNMENT_IN_BYTES, data.lower(), _NAME_NEEDLES))
+    return any(True for _ in _matches(_CONTEXT_IN_BYTES, data.lower(), _NAME_NEEDLES))
 
 
 def _matches(pattern: re.Pattern, data: bytes, needles):
@@ -323,6 +373,15 @@ def _starts_a_word(text: str | bytes, i: int) -> bool:
     if i == 0 or text[i - 1 : i] not in _WORD:
         return True
     return i >= 2 and text[i - 2 : i] in _ESCAPES
+
+
+def _is_secret(kind: str, value: str) -> bool:
+    """Whether a context rule's value is a secret rather than a setting or a digest."""
+    if value.isdigit() or value.lower() in _NOT_SECRETS or value == "***":
+        return False
+    if kind == "aws_secret_key":  # random base64 has both cases; a hex digest has not
+        return value.lower() != value and value.upper() != value
+    return True
 
 
 def _in_placeholder(text: str, i: int) -> bool:
