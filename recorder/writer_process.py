@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-redact-bodies", action="store_true")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
-    from forge_record.commands.common import setup_logging
+    from forge_record.logs import setup_logging
 
     setup_logging(args.verbose)
     _step_back()
@@ -337,8 +337,8 @@ def _step_back() -> None:
 
 def _open_writer(url: str, *, redact_bodies: bool):
     from forge_record import config
-    from forge_record.capture import finalize
     from forge_record.chain import ResponseChains
+    from forge_record.finalize import finalize
     from forge_record.paths import home
     from forge_record.store import Writer
 

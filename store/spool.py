@@ -9,7 +9,8 @@ and is fsync'd before append() returns, so a spooled item survives the recorder 
 (only the frame being written can be torn, and a torn or damaged frame ends the file for the
 reader). A payload is zstd of: a 4-byte length, a JSON header (the item, as records'
 to_dict() has it), then the raw request and response bodies. Secret headers are dropped
-before anything is written.
+before anything is written. The directory is 0700 and every file 0600: a spool holds
+prompts and files the agent sent, as the store does.
 
 The owning writer holds an exclusive flock on its file for as long as it lives. It creates
 the file under a temporary name and renames it once locked, so no other process ever sees an
@@ -89,9 +90,11 @@ class Spool:
 
     def _create(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)  # made by an older version, or under another umask
         stem = f"{self.fingerprint}-{os.getpid()}-{int(time.time() * 1000)}"
         temporary = self.directory / f".{stem}.tmp"
-        f = open(temporary, "wb")  # noqa: SIM115 - lives as long as the writer
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        f = os.fdopen(fd, "wb")  # lives as long as the writer
         fcntl.flock(f, fcntl.LOCK_EX)
         f.write(MAGIC)
         f.flush()

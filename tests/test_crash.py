@@ -48,10 +48,38 @@ def test_killed_recorder_keeps_finished_exchanges(tmp_path):
         time.sleep(0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        os.kill(agent, signal.SIGKILL)  # the orphaned agent
+        _wait_gone(agent)
     db = sqlite3.connect(tmp_path / "traces.db")
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert db.execute("SELECT count(*) FROM exchanges").fetchone() == (2,)
+
+
+def test_the_agent_dies_with_a_sigkilled_recorder(tmp_path):
+    # Without it the agent ran on as an orphan whose every model call failed (no proxy).
+    with MockUpstream() as mock:
+        proc, agent, _ = start(tmp_path, mock)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        try:
+            assert _wait_gone(agent), "the agent outlived its recorder"
+        finally:
+            if _alive(agent):
+                os.kill(agent, signal.SIGKILL)
+
+
+def _wait_gone(pid: int, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for init to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_killed_agent_ends_the_session(tmp_path):

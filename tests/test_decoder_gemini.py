@@ -34,10 +34,10 @@ from google.genai import types as genai_types
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
 from forge_record.decoders import dialect_for, dialect_named
 from forge_record.decoders.gemini import CODE_ASSIST, GENERATE
 from forge_record.errors import DecodeError
+from forge_record.finalize import finalize
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.records import (
     COMPLETE,

@@ -25,8 +25,8 @@ from google.genai import types as genai_types
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
 from forge_record.exporters import Filters, Options, export
+from forge_record.finalize import finalize
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock import anthropic as mock_anthropic
 from forge_record.records import COMPLETE, Reasoning, Session, Text, ToolCall, ToolResult

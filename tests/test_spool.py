@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -67,6 +68,19 @@ def test_items_read_back_and_a_torn_tail_is_ignored(tmp_path):
     assert data[second : second + 1] == b"F"  # damage the second frame's payload:
     path.write_bytes(data[: second + 20] + b"\x00" + data[second + 21 :])
     assert read_items(path) == items()[:1]
+
+
+def test_spool_files_are_private(tmp_path):
+    directory = tmp_path / "spool"
+    directory.mkdir(mode=0o755)  # as an older forge-record left it
+    directory.chmod(0o755)
+    spool = Spool(directory, "fp")
+    spool.append(items())
+    try:
+        assert stat.S_IMODE(spool.path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    finally:
+        spool.close()
 
 
 def test_secrets_never_reach_the_spool(tmp_path):

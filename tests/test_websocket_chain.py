@@ -18,10 +18,10 @@ from mitmproxy.websocket import WebSocketMessage
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.addons.websocket import WebSocketRecorder
-from forge_record.capture import finalize
 from forge_record.chain import UNRESOLVED, ResponseChains
 from forge_record.decoders.openai_items import parse_responses_request
 from forge_record.decoders.openai_responses import response_record
+from forge_record.finalize import finalize
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock.openai_ws import frames
 from forge_record.records import COMPLETE, ERROR, INCOMPLETE, Exchange, request_to_dict

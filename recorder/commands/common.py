@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
+from forge_record.logs import setup_logging  # noqa: F401 - the commands' set-up
 from forge_record.paths import store_url
 
 store_option = click.option(
@@ -22,16 +21,6 @@ def open_store(url: str | None):
     from forge_record.store import open_store as _open
 
     return _open(store_url(url))
-
-
-def setup_logging(verbose: int) -> None:
-    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("forge_record")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level)
-    logger.propagate = False
 
 
 def key_value(ctx, param, values: tuple[str, ...]) -> dict[str, str]:

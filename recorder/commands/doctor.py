@@ -186,7 +186,7 @@ def _self_test(shim: Shim, conf: Path, ca: CaFiles, report: Report) -> None:
 def _probe(mode, host, path, body, direct, mock_url, conf, ca: CaFiles, report) -> None:
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
-    from forge_record.capture import finalize
+    from forge_record.finalize import finalize
 
     got: list = []
     upstreams = {host: mock_url}

@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 import click
 
 from forge_record import config, harness_shims, launch, trust
-from forge_record.commands.common import key_value, open_store, setup_logging, store_option
+from forge_record.commands.common import key_value, open_store, store_option
 from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
+from forge_record.logs import setup_logging
 from forge_record.paths import home, store_url
 from forge_record.records import Exchange, Session
 from forge_record.redact.argv import mask_argv

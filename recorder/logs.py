@@ -1,0 +1,16 @@
+"""Logging set-up shared by the CLI and the writer process: forge-record's messages, one
+line each, on stderr, at WARNING unless -v (INFO) or -vv (DEBUG)."""
+
+from __future__ import annotations
+
+import logging
+
+
+def setup_logging(verbose: int) -> None:
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("forge_record")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
