@@ -116,20 +116,45 @@ def orphans(directory: Path, fingerprint: str) -> list[Path]:
 def replay_file(path: Path, write) -> int | None:
     """Replay a dead writer's file through `write(items)` and delete it; None if a live
     writer holds it. If `write` raises, the file stays and the error propagates."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115
-    except FileNotFoundError:  # another process replayed it meanwhile
+    f = claim(path)
+    if f is None:
         return None
     with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None
-        if not path.exists():  # replayed and deleted between our open and our lock
-            return None
         done = _replay(f, write)
         path.unlink()
     return done
+
+
+def claim(path: Path) -> BinaryIO | None:
+    """The file, open and locked (its writer is gone), or None if a live writer holds it or
+    another process replayed it meanwhile."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    if not path.exists():  # replayed and deleted between our open and our lock
+        f.close()
+        return None
+    return f
+
+
+def sessions_in(f: BinaryIO) -> list[Item]:
+    """The AddSession items of a claimed file (read from its start; the file is rewound)."""
+    f.seek(0)
+    found = [item for item in read(f) if isinstance(item, AddSession)]
+    f.seek(0)
+    return found
+
+
+def replay(f: BinaryIO, write) -> int:
+    """Replay a claimed file from its start through `write(items)`; how many items."""
+    f.seek(0)
+    return _replay(f, write)
 
 
 def _replay(f: BinaryIO, write) -> int:

@@ -109,7 +109,8 @@ print("done", flush=True)
 """
 
 
-def test_a_dead_store_writer_never_breaks_the_agent(tmp_path):
+def test_a_dead_store_writer_never_breaks_the_agent_and_loses_nothing(tmp_path):
+    # Before: the calls after the kill were dropped ("NOT stored") and the run exited 0.
     env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path)}
     with MockUpstream() as mock:
         proc = subprocess.Popen(
@@ -125,7 +126,11 @@ def test_a_dead_store_writer_never_breaks_the_agent(tmp_path):
     assert out.strip() == "done"  # both later calls went through
     assert len(mock.requests) == 3
     assert "Traceback" not in err
-    assert "the store writer is gone" in err and "NOT stored" in err
+    assert "the store writer died" in err and "restarted" in err and "NOT stored" not in err
+    completed = len(mock.requests)
+    db = sqlite3.connect(tmp_path / "traces.db")
+    assert db.execute("SELECT count(*) FROM exchanges").fetchone() == (completed,)
+    assert "3 model calls" in err
 
 
 def _children(pid: int) -> list[int]:

@@ -17,7 +17,7 @@ import pytest
 
 from forge_record.errors import StoreError
 from forge_record.records import Exchange, Session
-from forge_record.store import default_store_url, open_store
+from forge_record.store import Writer, default_store_url, open_store
 from forge_record.store.items import AddExchange
 from forge_record.writer_process import WriterProcess, frame, read_batches
 
@@ -182,3 +182,77 @@ def test_the_reader_takes_whole_frames_in_batches_and_drops_a_torn_last_one(capl
     assert [i.exchange.seq for batch in batches for i in batch] == list(range(5))
     assert all(batches)  # no empty batch is handed on
     assert "cut short" in caplog.text
+
+
+# --- a writer process that dies or stalls loses nothing (issue 19) -----------------------
+
+
+def _stored(url: str, session_id: str = "s") -> list[int]:
+    with open_store(url) as store:
+        return sorted(store.seqs(session_id))
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_session_is_replaced_and_loses_nothing(tmp_path, home):
+    # Before: every exchange after the kill was dropped and the run still exited 0.
+    url = default_store_url(tmp_path)
+    writer = WriterProcess(url)
+    writer.ready()
+    writer.submit_session(Session(id="s"))
+    for seq in range(20):
+        writer.submit_exchange("s", captured(seq))
+    first = writer._proc.pid
+    os.kill(first, signal.SIGKILL)  # mid-session: some of the 20 are not written yet
+    for seq in range(20, 50):
+        writer.submit_exchange("s", captured(seq))
+        time.sleep(0.01)
+    writer.submit_end("s", 2.0, 0)
+    writer.close()
+    assert writer.restarts == 1 and writer._proc.pid != first
+    assert (writer.dropped, writer.failed, writer.spool_left) == (0, 0, 0)
+    completed = 50
+    assert len(_stored(url)) == completed
+    with open_store(url) as store:
+        assert store.get_session("s").exit_code == 0
+    assert list((home / "spool").glob("*.spool")) == []
+
+
+@pytest.mark.slow
+def test_a_stopped_writer_makes_the_proxy_spool_within_its_budget(tmp_path, home, caplog):
+    # Before: the proxy held every frame (98 -> 245 MB), dropped them at exit after 120 s,
+    # and the last frame was torn.
+    url = default_store_url(tmp_path)
+    budget = 4 << 20
+    writer = WriterProcess(url, memory_budget=budget)
+    writer.ready()
+    big = [captured(seq) for seq in range(60)]
+    for ex in big:
+        ex.raw_response += b": " + b"x" * (256 << 10) + b"\n\n"  # an SSE comment: 256 KB
+    os.kill(writer._proc.pid, signal.SIGSTOP)
+    held = []
+    try:
+        writer.submit_session(Session(id="s"))
+        for ex in big:
+            writer.submit_exchange("s", ex)
+            held.append(writer._held)
+        writer.submit_end("s", 2.0, 0)
+        assert max(held) <= budget + len(frame(AddExchange("s", big[0])))
+        assert writer._spooler is not None  # the proxy spools what does not fit
+        writer.close(timeout=3)  # the child never answers: what it did not take is spooled
+    finally:
+        try:
+            os.kill(writer._proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert writer.dropped == 0 and writer.spool_left == 62
+    assert "torn" not in caplog.text and "cut short" not in caplog.text
+    # The next run with this store replays the spool.
+    replay = Writer.open(url)
+    replay.close()
+    assert replay.replayed == 62
+    completed = 60
+    assert _stored(url) == list(range(completed))
+    with open_store(url) as store:
+        assert store.get_session("s").exit_code == 0
+        [one] = [e for e in store.iter_exchanges("s", raw=True) if e.seq == 7]
+        assert one.status == "complete" and SECRET.encode() not in one.raw_request

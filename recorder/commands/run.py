@@ -20,7 +20,7 @@ from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
 from forge_record.logs import setup_logging
 from forge_record.paths import home, store_url
-from forge_record.records import Exchange, Session
+from forge_record.records import Session
 from forge_record.redact.argv import mask_argv
 
 
@@ -101,7 +101,7 @@ def record(
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
     from forge_record.addons.websocket import WebSocketRecorder
-    from forge_record.writer_process import WriterProcess
+    from forge_record.writer_process import SessionSink, WriterProcess
 
     # The store is opened, and exchanges are folded, redacted and written, in a process of
     # its own (forge_record.writer_process), while this one starts the proxy.
@@ -117,12 +117,7 @@ def record(
         started_at=time.time(),
     )
     writer.submit_session(session)
-    seen = _VersionSniffer(shim)
-
-    def sink(exchange: Exchange) -> None:
-        seen(exchange)
-        writer.submit_exchange(session.id, exchange)
-
+    sink = SessionSink(writer, session.id, shim.version_from)
     addon = Recorder(
         sink,
         model_hosts=route.model_hosts,
@@ -152,22 +147,10 @@ def record(
         exit_code = launch.run_child(argv, env)
     finally:
         proxy.stop()
-        writer.submit_end(session.id, time.time(), exit_code, harness_version=seen.version)
+        writer.submit_end(session.id, time.time(), exit_code, harness_version=sink.version)
         writer.close()
     _print_summary(url, session.id, writer)
     return exit_code
-
-
-class _VersionSniffer:
-    """Takes the harness version from the first User-Agent that names it."""
-
-    def __init__(self, shim: Shim) -> None:
-        self.shim = shim
-        self.version: str | None = None
-
-    def __call__(self, exchange: Exchange) -> None:
-        if self.version is None:
-            self.version = self.shim.version_from(exchange.request_headers.get("user-agent", ""))
 
 
 def _print_summary(url: str, session_id: str, writer) -> None:
