@@ -115,7 +115,8 @@ class WriterProcess(Counted):
         self._spooled_files: list[Path] = []
         self._fingerprint: str | None = None
         self._wake = threading.Event()
-        self._closed = False
+        self._closed = False  # no more submits
+        self._ending = False  # the sender ends the child's input once its backlog is sent
         self._broken = False  # no child to send to: never started, dead, or input ended
         self._dead = False  # the child died under us: the sender replaces it
         self._start_child()
@@ -141,7 +142,7 @@ class WriterProcess(Counted):
         problem = self._await_ready()
         if problem is None:
             return
-        self._closed = self._broken = True  # nothing more is sent; close() only reaps it
+        self._closed = self._broken = self._ending = True  # close() only reaps it
         self._wake.set()
         raise StoreError(problem)
 
@@ -228,6 +229,7 @@ class WriterProcess(Counted):
             spooler, self._spooler = self._spooler, None
         if spooler is not None:  # closed first: the child replays it as it closes
             self._close_spooler(spooler)
+        self._ending = True
         self._wake.set()
         self._sender.join(max(0.0, deadline - time.monotonic()))
         if self._reader is not None:
@@ -255,7 +257,7 @@ class WriterProcess(Counted):
                 writable.poll(1000)  # until the child has read some
                 with self._lock:
                     self._drain_backlog()
-            if self._closed:
+            if self._ending:
                 with self._lock:  # a submit from here on finds the input ended
                     self._end_input()
                 return

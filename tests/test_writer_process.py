@@ -256,3 +256,41 @@ def test_a_stopped_writer_makes_the_proxy_spool_within_its_budget(tmp_path, home
         assert store.get_session("s").exit_code == 0
         [one] = [e for e in store.iter_exchanges("s", raw=True) if e.seq == 7]
         assert one.status == "complete" and SECRET.encode() not in one.raw_request
+
+
+@pytest.mark.slow
+def test_what_the_proxy_spooled_is_stored_by_the_end_of_a_healthy_run(tmp_path, home,
+                                                                      monkeypatch):
+    # The child replays the proxy's spool as it closes, so its input must end only once
+    # that spool is closed. It ended as soon as the backlog was sent, and the spool was
+    # left for the next run.
+    url = default_store_url(tmp_path)
+    writer = WriterProcess(url, memory_budget=4 << 20)
+    writer.ready()
+    close_spooler = WriterProcess._close_spooler
+
+    def resume_then_close_spooler(self, spooler):
+        os.kill(self._proc.pid, signal.SIGCONT)  # the backlog drains now
+        try:  # time for the sender to end the input and the child to finish, if they would
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        close_spooler(self, spooler)
+
+    monkeypatch.setattr(WriterProcess, "_close_spooler", resume_then_close_spooler)
+    os.kill(writer._proc.pid, signal.SIGSTOP)  # behind: the proxy holds frames, then spools
+    try:
+        writer.submit_session(Session(id="s"))
+        for seq in range(40):
+            ex = captured(seq)
+            ex.raw_response += b": " + b"x" * (256 << 10) + b"\n\n"
+            writer.submit_exchange("s", ex)
+        writer.submit_end("s", 2.0, 0)
+        writer.close()
+    finally:
+        if writer._proc.poll() is None:
+            os.kill(writer._proc.pid, signal.SIGCONT)
+    assert writer.spooled > 0  # the proxy did spool some
+    assert (writer.spool_left, writer.dropped, writer.failed) == (0, 0, 0)
+    assert _stored(url) == list(range(40))
+    assert list((home / "spool").glob("*.spool")) == []
