@@ -48,6 +48,7 @@ log = logging.getLogger("forge_record")
 MAGIC = b"forge-record spool 1\n"
 SUFFIX = ".spool"
 REPLAY_BATCH = 64
+REPLAY_BYTES = 4 << 20  # a replayed batch is held whole, as records: bounded by its bodies too
 
 
 class Spool:
@@ -159,12 +160,14 @@ def replay(f: BinaryIO, write) -> int:
 
 def _replay(f: BinaryIO, write) -> int:
     batch: list[Item] = []
-    done = 0
+    done = size = 0
     for item in read(f):
         batch.append(item)
-        if len(batch) >= REPLAY_BATCH:
+        if isinstance(item, AddExchange):
+            size += len(item.exchange.raw_request) + len(item.exchange.raw_response)
+        if len(batch) >= REPLAY_BATCH or size >= REPLAY_BYTES:
             write(batch)
-            done, batch = done + len(batch), []
+            done, batch, size = done + len(batch), [], 0
     if batch:
         write(batch)
         done += len(batch)

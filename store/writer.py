@@ -46,6 +46,7 @@ Contract:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -69,6 +70,9 @@ from forge_record.store.summary import HEARTBEAT_EVERY
 log = logging.getLogger("forge_record")
 
 BATCH = 64
+# A batch is prepared whole before it is written, and a prepared exchange (parsed, redacted,
+# encoded) takes several times its captured size: batches stop at this many body bytes.
+BATCH_BYTES = 4 << 20
 RETRY_EVERY = 2.0
 MAX_QUEUED_BYTES = 256 << 20  # bodies held in memory before the rest goes to the spool
 
@@ -309,8 +313,10 @@ class Writer(Counted):
             self._spill_wake.wait()
             self._spill_wake.clear()
             while True:
-                with self._lock:
-                    entries, closing = list(self._overflow), self._closed
+                with self._lock:  # a batch at a time: prepared items are several times
+                    # the size of captured ones, and the overflow can be long
+                    entries = _batch(self._overflow, BATCH)
+                    closing = self._closed
                 if not entries:
                     break
                 prepared = [self._prepared(i) for _, i in entries]
@@ -352,7 +358,9 @@ class Writer(Counted):
 
     def _take(self, n: int) -> list[tuple[int, Item]]:
         with self._lock:
-            batch = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
+            batch = _batch(self._queue, n)
+            for _ in batch:
+                self._queue.popleft()
             self._queued_bytes -= sum(_size(i) for _, i in batch)
         return batch
 
@@ -515,6 +523,17 @@ class Writer(Counted):
                 log.info("forge-record: heartbeat not written: %s", e)
                 if self.store is None:  # it timed out: the store counts as down
                     self._down, self._last_try = True, time.monotonic()
+
+
+def _batch(entries: deque[tuple[int, Item]], n: int) -> list[tuple[int, Item]]:
+    """The first entries, up to `n` of them and BATCH_BYTES of bodies (at least one)."""
+    batch, size = [], 0
+    for entry in itertools.islice(entries, n):
+        size += _size(entry[1])
+        if batch and size > BATCH_BYTES:
+            break
+        batch.append(entry)
+    return batch
 
 
 def _size(item: Item) -> int:
