@@ -51,8 +51,8 @@ def _writer_thread() -> None:
     import functools
 
     from forge_record import config, writer_process
-    from forge_record.capture import finalize
     from forge_record.chain import ResponseChains
+    from forge_record.finalize import finalize
     from forge_record.paths import home
     from forge_record.store import Writer
 

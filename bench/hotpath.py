@@ -27,8 +27,9 @@ import orjson  # noqa: E402
 from clients import TOOLS, history  # noqa: E402
 from mock_server import _text_event, stream_plan  # noqa: E402
 
-from forge_record.capture import Capture, finalize  # noqa: E402
+from forge_record.capture import Capture  # noqa: E402
 from forge_record.decoders import dialect_for  # noqa: E402
+from forge_record.finalize import finalize  # noqa: E402
 
 STREAMS = {"latency": (500, 40, 32), "throughput": (20, 10, 1)}  # text, fragments, request KB
 

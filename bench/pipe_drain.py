@@ -27,6 +27,7 @@ def main() -> None:
         until = time.thread_time() + len(batch) * args.burn / 1000
         while time.thread_time() < until:
             pass
+        print(f"ack {items}", flush=True)  # the proxy may forget them (writer_process)
     print(json.dumps({"written": items}), flush=True)
 
 

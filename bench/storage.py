@@ -12,7 +12,7 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    bodies compressed against their parent's body alone, against the parent and the
    normalized blobs (what the store does), and with keyframes every 16 / 32 / 64;
 2. the store: every exchange written with Store.add_exchange exactly as the writer thread
-   does, after capture.finalize has redacted the bodies and parsed the request (timed apart,
+   does, after finalize.finalize has redacted the bodies and parsed the request (timed apart,
    ms per exchange), as `forge-record run` does by default; payload
    bytes by part; the ratio vs raw for records alone and with raw bodies reproducible; the
    SQLite file per session once `--sessions` sessions (different seeds) share the store;
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gen_session  # noqa: E402
 
-from forge_record.capture import finalize  # noqa: E402
 from forge_record.decoders import anthropic_messages  # noqa: E402
+from forge_record.finalize import finalize  # noqa: E402
 from forge_record.records import Exchange, Session  # noqa: E402
 from forge_record.redact.bodies import Redactor  # noqa: E402
 from forge_record.store import Writer, content, delta, open_store  # noqa: E402

@@ -8,10 +8,10 @@ hands them over), then does to N copies of it what `forge-record run`'s store wr
 stage by stage, timing each with time.process_time:
   hand-off   pickling the item into the pipe (the proxy's sender thread) and unpickling it
              (the writer process)
-  fold       folding the response (capture.fold)
-  redact     the body redaction: raw bodies, then the folded record (capture.finalize's
+  fold       folding the response (finalize.fold)
+  redact     the body redaction: raw bodies, then the folded record (finalize.finalize's
              other steps and the request parse are in `prepare`, which is the whole of it)
-  prepare    capture.finalize + ResponseChains.stitch: everything before the store
+  prepare    finalize.finalize + ResponseChains.stitch: everything before the store
   store      Store.write in transactions of B exchanges (a temporary SQLite file)
 The sum is what one exchange costs the writer process; bench/throughput.py measures the
 same work inside the real process, with everything else around it. `--profile` prints
@@ -35,6 +35,7 @@ from load_client import request_bytes  # noqa: E402
 from mock_server import _text_event, stream_plan  # noqa: E402
 
 from forge_record import capture as capturing  # noqa: E402
+from forge_record import finalize as finalizing  # noqa: E402
 from forge_record.chain import ResponseChains  # noqa: E402
 from forge_record.decoders import dialect_for, dialect_named  # noqa: E402
 from forge_record.records import Session  # noqa: E402
@@ -75,13 +76,13 @@ def measure(n: int, batch: int, model: str, profiler: cProfile.Profile | None) -
     copies = [pickle.loads(frame(AddExchange("s", ex))[4:]).exchange for ex in exchanges]
     t0 = time.process_time()
     for ex in copies:
-        capturing.fold(ex, dialect_named(ex.dialect))
+        finalizing.fold(ex, dialect_named(ex.dialect))
     took["fold"] = time.process_time() - t0
     t0 = time.process_time()
     for ex in copies:
         redactor.bytes(ex.raw_request)
         redactor.bytes(ex.raw_response)
-        capturing._redact_record(ex, redactor)
+        finalizing._redact_record(ex, redactor)
     took["redact"] = time.process_time() - t0
 
     # The writer's path, in order.
@@ -97,7 +98,7 @@ def measure(n: int, batch: int, model: str, profiler: cProfile.Profile | None) -
                      for ex in exchanges[start:start + batch]]
             t1 = time.process_time()
             items = [AddExchange(i.session_id, chains.stitch(
-                capturing.finalize(i.exchange, redactor))) for i in items]
+                finalizing.finalize(i.exchange, redactor))) for i in items]
             t2 = time.process_time()
             store.write(items)
             t3 = time.process_time()

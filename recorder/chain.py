@@ -8,7 +8,7 @@ messages, then its answer as one assistant message), and an exchange that names 
 response gets that link's whole chain put in front of its own messages.
 
 Contract:
-- It works on records, after `capture.finalize` has parsed (and redacted) the request and
+- It works on records, after `finalize.finalize` has parsed (and redacted) the request and
   the response, so the context holds only what was already cleaned. It runs in the writer
   thread, in the order exchanges were submitted, which is the order they ended: a response
   always ends before a call can name it.

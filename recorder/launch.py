@@ -11,16 +11,21 @@ keystrokes, window size and colours. Signals:
 - SIGWINCH is forwarded too (harmless when the terminal already sent it).
 
 The exit status is the child's; a child killed by signal N gives 128 + N, as a shell does.
+
+If forge-record itself dies without forwarding anything (SIGKILL, the OOM killer), the child
+gets SIGTERM from the kernel (Linux: PR_SET_PDEATHSIG, set between fork and exec): an agent
+whose proxy is gone would otherwise run on as an orphan whose every model call fails.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from forge_record.errors import ForgeRecordError
 
@@ -30,6 +35,7 @@ class CommandNotFound(ForgeRecordError):
 
 
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
+_PR_SET_PDEATHSIG = 1
 
 
 def resolve(argv: list[str], env: Mapping[str, str]) -> str:
@@ -43,7 +49,8 @@ def resolve(argv: list[str], env: Mapping[str, str]) -> str:
 def run_child(argv: list[str], env: Mapping[str, str]) -> int:
     exe = resolve(argv, env)
     try:
-        proc = subprocess.Popen([exe, *argv[1:]], env=dict(env))
+        proc = subprocess.Popen([exe, *argv[1:]], env=dict(env),
+                                preexec_fn=_dies_with_us())
     except OSError as e:
         raise CommandNotFound(f"cannot run {argv[0]}: {e.strerror}") from e
     previous = _install_forwarding(proc)
@@ -53,6 +60,27 @@ def run_child(argv: list[str], env: Mapping[str, str]) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 128 - returncode if returncode < 0 else returncode
+
+
+def _dies_with_us() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel send the child SIGTERM when we die (Linux only).
+
+    Everything is looked up before the fork: between fork and exec the child may only make
+    the system call. The parent's pid is checked after it, in case we died in between."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # already gone: the signal would never come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def _install_forwarding(proc: subprocess.Popen) -> dict[int, object]:

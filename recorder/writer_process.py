@@ -1,4 +1,4 @@
-"""The store writer in a process of its own, fed through a pipe.
+"""The store writer in a process of its own, fed through a pipe, and what joins it to the addon.
 
 `forge-record run` hands every finished exchange to this process instead of to a writer
 thread beside the proxy. Folding a response, parsing a request, redacting, compressing and
@@ -12,14 +12,30 @@ the end of its input and closes the writer, which writes everything it has).
 
 The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodies] [-v]`:
 - its stdin carries items, each a 4-byte big-endian length and a pickle of a store Item;
-- on stdout it says `ready` once the store is open (or `error: MESSAGE` and exits 1), and
-  after its input ends, one JSON line of the writer's counters;
+- on stdout it says `ready FINGERPRINT` once the store is open (or `error: MESSAGE` and
+  exits 1); then `ack N` each time the first N items it was sent are taken care of
+  (committed, spooled or logged as failed: store.Writer's `durable`); and after its input
+  ends, one JSON line of the writer's counters (store.sink.Counters);
 - its stderr is the recorder's: its warnings reach the same terminal;
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
   reach it; it ends when its input does;
 - it lowers its own priority (SCHED_BATCH, NICENESS): recording must not take CPU from the
   agent;
 - it reads its input a batch at a time (GATHER) and writes each batch in one transaction.
+
+Nothing is lost when the child dies or stalls (docs/RELIABILITY.md). The proxy keeps every
+frame it sent until the child acknowledges it, within MEMORY_BUDGET bytes:
+- a child that dies (SIGKILL, the OOM killer) is noticed by its pipes; the frames it never
+  acknowledged go to a spool file of the proxy's own, which is closed, and a new child is
+  started (at most MAX_RESTARTS times; after that the proxy spools everything). The new
+  child replays that file first (store.recovery), and the dead child's spool too;
+- a child that is stopped or far behind stops acknowledging: past MEMORY_BUDGET new items
+  go to the proxy's spool instead of memory. At close the child gets `timeout` seconds to
+  finish; then what it has not acknowledged is spooled by the proxy and the child is killed.
+  The child replays the proxy's spool when it closes, so at the end of a healthy run the
+  store has everything and the spool is empty.
+The proxy's spool is written by a thread (a store.Writer that only spools, which redacts
+first), never by the event loop.
 """
 
 from __future__ import annotations
@@ -37,12 +53,14 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from forge_record.errors import ForgeRecordError, StoreError
 from forge_record.records import Exchange, Session
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item
+from forge_record.store.sink import Counted, Counters, Sink
 
 log = logging.getLogger("forge_record")
 
@@ -57,14 +75,21 @@ _READ = 1 << 20
 # need; a writer that falls behind queues in memory and then spools (store.writer), it
 # never slows the proxy.
 NICENESS = 10
-_COUNTERS = ("written", "failed", "dropped", "spooled", "overflowed", "replayed", "spool_left")
+# Bytes of frames the proxy holds for the child (sent and not acknowledged, or not sent
+# yet); past it, items go to the proxy's spool.
+MEMORY_BUDGET = 64 << 20
+# Bodies the child's writer queues in memory before its own spiller spools the rest: what
+# bounds the child's memory when the store is slower than the agent (store.writer).
+CHILD_QUEUE_BYTES = 32 << 20
+MAX_RESTARTS = 3
+CLOSE_TIMEOUT = 90.0
 
 
-class WriterProcess:
-    """A store Writer in a child process, with the Writer's interface: submit_*() never block
-    and never raise; close() waits for everything to be written; the counters are read at
-    close. Start it early and call `ready()` before recording: opening the store overlaps
-    with starting the proxy.
+class WriterProcess(Counted):
+    """A store Writer in a child process, with the Writer's interface (store.sink.Sink):
+    submit_*() never block and never raise; close() waits (boundedly) until everything is
+    in the store or the spool; the counters are final at close. Start it early and call
+    `ready()` before recording: opening the store overlaps with starting the proxy.
 
     An item is pickled and written into the pipe by the thread that submits it (the proxy's
     event loop, for exchanges), without blocking: the pipe is made non-blocking and as large
@@ -72,40 +97,69 @@ class WriterProcess:
     for the sender thread, which writes them in order as the child reads. So an exchange is
     in the pipe when submit_exchange returns, and a thread is woken only when it must be."""
 
-    def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0) -> None:
-        argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose)
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0,
+                 memory_budget: int = MEMORY_BUDGET) -> None:
+        self._argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose)
+        self._redact_bodies = redact_bodies
+        self._budget = memory_budget
+        self.counters = Counters()
+        self.sent = 0  # items wholly in a pipe: from here on a dead recorder does not lose them
+        self.restarts = 0
+        self._lock = threading.Lock()  # submitters, the sender and the reader share the state
+        self._inflight: deque[bytes] = deque()  # frames (partly) in the pipe, not acknowledged
+        self._written_of_last = 0  # bytes of _inflight[-1] in the pipe so far
+        self._backlog: deque[bytes] = deque()  # frames not begun, one item each
+        self._held = 0  # bytes of _inflight and _backlog
+        self._over_budget = False
+        self._spooler: Spooler | None = None  # the proxy's own spool, while it has one
+        self._spooled_files: list[Path] = []
+        self._fingerprint: str | None = None
+        self._wake = threading.Event()
+        self._closed = False  # no more submits
+        self._ending = False  # the sender ends the child's input once its backlog is sent
+        self._broken = False  # no child to send to: never started, dead, or input ended
+        self._dead = False  # the child died under us: the sender replaces it
+        self._start_child()
+        self._sender = threading.Thread(target=self._send, name="forge-record-sender",
+                                        daemon=True)
+        self._sender.start()
+
+    def _start_child(self) -> None:
+        self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       start_new_session=True)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._answers = self._proc.stdout
         self._fd = self._proc.stdin.fileno()
         os.set_blocking(self._fd, False)
         _enlarge_pipe(self._fd)
-        for name in _COUNTERS:
-            setattr(self, name, 0)
-        self.spool_file: Path | None = None
-        self.sent = 0  # items in the pipe: from here on a dead recorder does not lose them
-        self._lock = threading.Lock()  # submitters and the sender share the pipe and backlog
-        self._backlog: deque[bytes] = deque()  # frames not yet in the pipe, one item each
-        self._wake = threading.Event()
-        self._closed = False
-        self._broken = False
-        self._sender = threading.Thread(target=self._send, name="forge-record-sender",
-                                        daemon=True)
-        self._sender.start()
+        self._acked = 0
+        self._child_counters: Counters | None = None
+        self._reader: threading.Thread | None = None
 
     def ready(self) -> None:
         """Wait until the child has opened the store; StoreError with its message if it
         could not."""
-        line = self._answers.readline().decode(errors="replace").strip()
-        if line == "ready":
+        problem = self._await_ready()
+        if problem is None:
             return
-        self._closed = self._broken = True  # nothing more is sent; close() only reaps it
+        self._closed = self._broken = self._ending = True  # close() only reaps it
         self._wake.set()
+        raise StoreError(problem)
+
+    def _await_ready(self) -> str | None:
+        """Read the child's first line; then its acknowledgements are read by a thread.
+        What went wrong, or None."""
+        line = self._answers.readline().decode(errors="replace").strip()
+        if line == "ready" or line.startswith("ready "):
+            self._fingerprint = line.removeprefix("ready").strip() or self._fingerprint
+            self._reader = threading.Thread(target=self._read_answers, args=(self._proc,),
+                                            name="forge-record-acks", daemon=True)
+            self._reader.start()
+            return None
         self._proc.wait()
         if line.startswith("error: "):
-            raise StoreError(line.removeprefix("error: "))
-        raise StoreError(f"the store writer did not start (exit {self._proc.returncode})")
+            return line.removeprefix("error: ")
+        return f"the store writer did not start (exit {self._proc.returncode})"
 
     # --- submitting (any thread, never blocks) ---------------------------------------------
 
@@ -121,38 +175,71 @@ class WriterProcess:
 
     def _submit(self, item: Item) -> None:
         if self._closed:
-            if not self._broken:  # a writer that never started has nothing to say
-                self.dropped += 1
+            if not self._broken or self._dead:  # a writer that never started has nothing
+                self.counters.dropped += 1
                 log.warning("forge-record: writer is closed, dropped an item")
             return
         data = frame(item)
         with self._lock:
-            if self._broken:
-                self.dropped += 1
+            if self._spools(len(data)):
+                self._to_spool([item])
                 return
-            behind = bool(self._backlog)  # frames already waiting: the sender keeps the order
+            behind = bool(self._backlog) or self._broken  # the sender keeps the order
             self._backlog.append(data)
+            self._held += len(data)
             if not behind:
                 self._drain_backlog()
-                if self._backlog:  # the pipe is full: the sender writes the rest
-                    self._wake.set()
+            if self._backlog or self._dead:
+                self._wake.set()
 
-    def close(self, timeout: float = 60) -> None:
-        """Send what is pending, end the child's input and wait for its counters."""
+    def _spools(self, size: int) -> bool:
+        """Under _lock: whether this item goes to the proxy's spool rather than to memory."""
+        if self.restarts > MAX_RESTARTS:
+            return True
+        if self._over_budget and self._held < self._budget // 2:
+            self._over_budget = False
+            log.warning("forge-record: the store writer caught up; sending to it again")
+        elif not self._over_budget and self._held and self._held + size > self._budget:
+            self._over_budget = True
+            log.warning("forge-record: the store writer is %d MB behind; spooling from the "
+                        "proxy until it catches up", self._held >> 20)
+        return self._over_budget
+
+    def _to_spool(self, items: list[Item]) -> None:
+        """Under _lock: hand items to the proxy's spool (its thread prepares and writes)."""
+        if self._spooler is None:
+            self._spooler = Spooler(self._fingerprint or "unnamed", self._redact_bodies)
+        for item in items:
+            self._spooler.writer.submit(item)
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Send what is pending, end the child's input and wait for its counters; past
+        `timeout`, spool what the child has not acknowledged and stop it."""
         if self._closed:
             self._sender.join(timeout)
             self._proc.wait()
             return
-        self._closed = True
+        deadline = time.monotonic() + timeout
+        if self._reader is None and not self._broken:  # ready() was never called
+            problem = self._await_ready()
+            if problem is not None:
+                log.error("forge-record: %s", problem)
+        with self._lock:
+            self._closed = True
+            spooler, self._spooler = self._spooler, None
+        if spooler is not None:  # closed first: the child replays it as it closes
+            self._close_spooler(spooler)
+        self._ending = True
         self._wake.set()
-        self._sender.join(timeout)
-        try:
-            out, _ = self._proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            log.error("forge-record: the store writer is still busy after %ss; it goes on "
-                      "in the background (pid %d)", timeout, self._proc.pid)
-            return
-        self._read_counters(out)
+        self._sender.join(max(0.0, deadline - time.monotonic()))
+        if self._reader is not None:
+            self._reader.join(max(0.0, deadline - time.monotonic()))
+        if self._child_counters is None or self._sender.is_alive():
+            self._abandon_child(timeout)
+        else:
+            self._proc.wait()
+            self.counters.add(self._child_counters)
+        self._count_spool_left()
 
     # --- the sender thread -----------------------------------------------------------------
 
@@ -162,41 +249,87 @@ class WriterProcess:
         while True:
             self._wake.wait()
             self._wake.clear()
+            if self._dead and not self._closed:
+                self._replace_child()
+                writable = select.poll()  # a new child: a new pipe
+                writable.register(self._fd, select.POLLOUT)
             while self._backlog and not self._broken:
                 writable.poll(1000)  # until the child has read some
                 with self._lock:
                     self._drain_backlog()
-            if self._closed:
+            if self._ending:
                 with self._lock:  # a submit from here on finds the input ended
-                    self.dropped += len(self._backlog)
-                    self._backlog.clear()
                     self._end_input()
                 return
 
     def _drain_backlog(self) -> None:
         """Under _lock: write waiting frames, oldest first, as far as the pipe takes them."""
-        while self._backlog:
+        while self._backlog and not self._broken:
             data = self._backlog[0]
             try:
                 done = os.write(self._fd, data)
             except BlockingIOError:
                 return
             except OSError as e:
-                self._gone(e, len(self._backlog))
-                self._backlog.clear()
+                self._gone(e)
                 return
+            if self._written_of_last == 0:  # the first bytes of this (whole) frame
+                self._inflight.append(data)
             if done < len(data):
                 self._backlog[0] = data[done:]  # the rest of the same item
+                self._written_of_last += done
                 return
             self._backlog.popleft()
+            self._written_of_last = 0
             self.sent += 1
 
-    def _gone(self, error: OSError, items: int) -> None:
-        """The child died: nothing more can be stored this run."""
-        self._broken = True
-        self.dropped += items
-        log.error("forge-record: the store writer is gone (%s); exchanges from now on "
-                  "are not stored", error)
+    def _gone(self, error: OSError | None) -> None:
+        """Under _lock: the child died. The sender spools what it did not acknowledge and
+        starts another."""
+        if self._dead:
+            return
+        self._broken = self._dead = True
+        log.error("forge-record: the store writer died (%s); keeping its exchanges",
+                  error or f"exit {self._proc.poll()}")
+        self._wake.set()
+
+    def _replace_child(self) -> None:
+        """In the sender: spool the dead child's unacknowledged frames and what waits, close
+        that spool (the next child replays it), then start the next child."""
+        with self._lock:
+            frames = list(self._inflight) + self._unbegun()
+            self._inflight.clear()
+            self._backlog.clear()
+            self._held, self._written_of_last = 0, 0
+            self._to_spool(_unpickled(frames))
+            spooler, self._spooler = self._spooler, None
+            self.restarts += 1
+        if spooler is not None:
+            self._close_spooler(spooler)
+        try:
+            self._proc.stdin.close()
+        except (OSError, AttributeError):
+            pass
+        self._proc.wait()
+        if self.restarts > MAX_RESTARTS:
+            log.error("forge-record: the store writer died %d times; spooling the rest of "
+                      "the session", self.restarts)
+            return
+        self._start_child()
+        problem = self._await_ready()
+        if problem is not None:
+            log.error("forge-record: the store writer could not be restarted: %s", problem)
+            with self._lock:
+                self.restarts = MAX_RESTARTS + 1
+            return
+        with self._lock:
+            self._broken = self._dead = False
+        log.warning("forge-record: the store writer was restarted")
+
+    def _unbegun(self) -> list[bytes]:
+        """Under _lock: backlog frames not begun (the head may be the rest of an inflight)."""
+        frames = list(self._backlog)
+        return frames[1:] if self._written_of_last and frames else frames
 
     def _end_input(self) -> None:
         """Under _lock: close the pipe. Nothing is written after this, not even a late
@@ -210,20 +343,126 @@ class WriterProcess:
             pass
         self._proc.stdin = None  # closed here: communicate() must not flush it
 
-    def _read_counters(self, out: bytes) -> None:
-        lines = out.decode(errors="replace").strip().splitlines()
-        try:
-            counters = json.loads(lines[-1]) if lines else {}
-        except ValueError:
-            counters = {}
-        if not counters:
-            log.error("forge-record: the store writer ended with exit %s without reporting; "
-                      "see its messages above", self._proc.returncode)
-            self.failed += 1
-            return
-        for name in _COUNTERS:
-            setattr(self, name, getattr(self, name) + counters.get(name, 0))
-        self.spool_file = Path(counters["spool_file"]) if counters.get("spool_file") else None
+    # --- the reader thread: acknowledgements and the counters ------------------------------
+
+    def _read_answers(self, proc: subprocess.Popen) -> None:
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").strip()
+            if line.startswith("ack "):
+                self._acknowledge(proc, int(line.split()[1]))
+            elif line.startswith("{"):
+                try:
+                    self._child_counters = Counters.from_dict(json.loads(line))
+                except (ValueError, TypeError):
+                    log.error("forge-record: the store writer's counters are unreadable")
+        if self._child_counters is None and proc is self._proc:
+            with self._lock:
+                self._gone(None)
+
+    def _acknowledge(self, proc: subprocess.Popen, durable: int) -> None:
+        with self._lock:
+            if proc is not self._proc:
+                return
+            while self._acked < durable and self._inflight:
+                if len(self._inflight) == 1 and self._written_of_last:
+                    break  # still being written: the child cannot have it all
+                self._held -= len(self._inflight.popleft())
+                self._acked += 1
+
+    # --- when the child cannot finish ------------------------------------------------------
+
+    def _abandon_child(self, timeout: float) -> None:
+        """The child did not finish within close's timeout (stopped, stuck or dead): spool
+        what it did not acknowledge, and stop it."""
+        with self._lock:
+            frames = list(self._inflight) + self._unbegun()
+            self._inflight.clear()
+            self._backlog.clear()
+            self._held = 0
+            if frames:
+                self._to_spool(_unpickled(frames))
+            spooler, self._spooler = self._spooler, None
+        if self._proc.poll() is None:
+            log.error("forge-record: the store writer did not finish within %ss; %d items it "
+                      "had not written are spooled", timeout, len(frames))
+            self._proc.kill()
+        self._proc.wait()
+        if spooler is not None:
+            self._close_spooler(spooler)
+
+    def _close_spooler(self, spooler: Spooler) -> None:
+        spooler.writer.close()
+        self.counters.spooled += spooler.writer.spooled
+        self.counters.failed += spooler.writer.failed
+        if spooler.writer.spool_file is not None:
+            self._spooled_files.append(spooler.writer.spool_file)
+
+    def _count_spool_left(self) -> None:
+        """What waits in the proxy's spool files: those a child did not replay."""
+        for path in self._spooled_files:
+            if path.exists():
+                with open(path, "rb") as f:
+                    self.counters.spool_left += sum(1 for _ in _read_spool(f))
+                self.counters.spool_file = path
+
+
+class Spooler:
+    """The proxy's own spool: a store.Writer that never opens the store, so everything it is
+    given goes to a spool file, prepared (folded, redacted) by its thread as the child would."""
+
+    def __init__(self, fingerprint: str, redact_bodies: bool) -> None:
+        from forge_record.store import Writer
+
+        self.writer = Writer.spool_only(fingerprint, prepare=_preparer(redact_bodies))
+
+
+def _read_spool(f):
+    from forge_record.store.spool import read
+
+    return read(f)
+
+
+def _unpickled(frames: list[bytes]) -> list[Item]:
+    items, _ = _unframe(bytearray(b"".join(frames)))
+    return [i for i in items if i is not None]
+
+
+class SessionSink:
+    """What the addon calls with each finished exchange: it goes to the writer under the
+    session's id, and the harness's version is taken from the first User-Agent naming it."""
+
+    def __init__(self, writer: Sink, session_id: str,
+                 version_from: Callable[[str], str | None],
+                 observe: Callable[[Exchange], None] | None = None) -> None:
+        """`observe`, if given, sees each exchange first (run counts failed calls)."""
+        self.writer = writer
+        self.session_id = session_id
+        self.sniffer = VersionSniffer(version_from)
+        self.observe = observe
+        self.captured = 0  # exchanges handed on: none at the end means nothing was recorded
+
+    def __call__(self, exchange: Exchange) -> None:
+        self.captured += 1
+        self.sniffer(exchange)
+        if self.observe is not None:
+            self.observe(exchange)
+        self.writer.submit_exchange(self.session_id, exchange)
+
+    @property
+    def version(self) -> str | None:
+        return self.sniffer.version
+
+
+class VersionSniffer:
+    """Takes the harness version from the first User-Agent that names it."""
+
+    def __init__(self, version_from: Callable[[str], str | None]) -> None:
+        self._version_from = version_from
+        self.version: str | None = None
+
+    def __call__(self, exchange: Exchange) -> None:
+        if self.version is None:
+            self.version = self._version_from(exchange.request_headers.get("user-agent", ""))
 
 
 def _enlarge_pipe(fd: int) -> None:
@@ -254,7 +493,8 @@ def read_batches(fd: int, gather: float = 0.0):
     """The items of a WriterProcess's pipe, a list at a time, up to its end: wait for the
     recorder's next bytes, let `gather` seconds pass, take everything the pipe holds. So the
     reader wakes once per batch rather than once per exchange, and the writer thread is
-    handed the batch at once. A torn last item (the recorder died writing it) is dropped."""
+    handed the batch at once. A torn last item (the recorder died writing it) is dropped.
+    A frame that cannot be unpickled is None in its batch (it still counts as an item)."""
     buffer = bytearray()
     readable = select.poll()
     readable.register(fd, select.POLLIN)
@@ -277,9 +517,10 @@ def read_batches(fd: int, gather: float = 0.0):
         log.warning("forge-record: the last item from the recorder was cut short")
 
 
-def _unframe(buffer: bytearray) -> tuple[list[Item], int]:
+def _unframe(buffer: bytearray) -> tuple[list[Item | None], int]:
     """The whole frames at the start of `buffer`, and how many bytes they took."""
-    items, at, view = [], 0, memoryview(buffer)
+    items: list[Item | None] = []
+    at, view = 0, memoryview(buffer)
     while len(buffer) - at >= 4:
         size = int.from_bytes(view[at:at + 4], "big")
         if len(buffer) - at - 4 < size:
@@ -288,6 +529,7 @@ def _unframe(buffer: bytearray) -> tuple[list[Item], int]:
             items.append(pickle.loads(view[at + 4:at + 4 + size]))
         except Exception:  # noqa: BLE001 - one bad frame must not cost the others
             log.exception("forge-record: an item from the recorder could not be read")
+            items.append(None)
         at += 4 + size
     view.release()
     return items, at
@@ -302,24 +544,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-redact-bodies", action="store_true")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
-    from forge_record.commands.common import setup_logging
+    from forge_record.logs import setup_logging
 
     setup_logging(args.verbose)
     _step_back()
     out = sys.stdout
+    say = functools.partial(_say, out, threading.Lock())
     try:
-        writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies)
+        writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies,
+                              on_durable=lambda n: say(f"ack {n}"))
     except (ForgeRecordError, OSError) as e:
-        _say(out, f"error: {e}")
+        say(f"error: {e}")
         return 1
-    _say(out, "ready")
+    say(f"ready {writer.fingerprint}")
     for items in read_batches(sys.stdin.fileno(), GATHER):
         for item in items:
-            writer.submit(item)
+            if item is None:
+                writer.skip()
+            else:
+                writer.submit(item)
     writer.close()
-    counters: dict[str, Any] = {name: getattr(writer, name) for name in _COUNTERS}
-    counters["spool_file"] = str(writer.spool_file) if writer.spool_file else None
-    _say(out, json.dumps(counters))
+    say(json.dumps(writer.counters.to_dict()))
     return 0
 
 
@@ -335,26 +580,34 @@ def _step_back() -> None:
         os.nice(NICENESS)
 
 
-def _open_writer(url: str, *, redact_bodies: bool):
+def _preparer(redact_bodies: bool) -> Callable[[Exchange], Exchange]:
+    """What turns a captured exchange into the one to store: finalize (fold, parse, redact),
+    then stitch a WebSocket call's full context."""
     from forge_record import config
-    from forge_record.capture import finalize
     from forge_record.chain import ResponseChains
+    from forge_record.finalize import finalize
     from forge_record.outcome import log_exchange
     from forge_record.paths import home
-    from forge_record.store import Writer
 
     redactor = config.redactor(home()) if redact_bodies else None
     prepare = functools.partial(finalize, redactor=redactor)
     chains = ResponseChains()  # rebuilds WebSocket calls' full context
     # -v: one line per exchange, once it is folded (forge_record.outcome)
-    return Writer.open(url, prepare=lambda exchange: log_exchange(chains.stitch(
-        prepare(exchange))))
+    return lambda exchange: log_exchange(chains.stitch(prepare(exchange)))
 
 
-def _say(out: IO[str], line: str) -> None:
+def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None]):
+    from forge_record.store import Writer
+
+    return Writer.open(url, prepare=_preparer(redact_bodies), on_durable=on_durable,
+                       max_bytes=CHILD_QUEUE_BYTES)
+
+
+def _say(out: IO[str], lock: threading.Lock, line: str) -> None:
     try:
-        out.write(line + "\n")
-        out.flush()
+        with lock:  # the writer thread acknowledges while the main thread may speak
+            out.write(line + "\n")
+            out.flush()
     except OSError:
         pass  # the recorder is gone; what it sent is written all the same
 

@@ -5,7 +5,10 @@
     store_revision(url)             (the store's schema revision, the one the code needs)
     Store                           every read and write; the only SQL callers reach
     Writer                          a thread that owns a Store for the proxy's event loop:
-                                    batches, spools to disk while the store is down, replays
+                                    batches, spools to disk while the store is down or
+                                    misses a deadline (store.deadline), replays what dead
+                                    writers left (store.recovery); its interface and
+                                    counters are store.sink's
     default_store_url(folder)       sqlite:///<folder>/traces.db (forge_record.paths's)
 
 How bytes are laid out (content-addressed blobs, manifest streams, raw deltas) is in

@@ -9,6 +9,16 @@ WAL (readers never block the writer), synchronous=NORMAL (a commit survives the 
 being killed; only an OS crash or power loss can drop the last few commits), foreign keys on,
 and a busy timeout. SQLAlchemy, not the sqlite3 module, emits BEGIN, so DDL is transactional
 and writers can ask for BEGIN IMMEDIATE (see `writing()`).
+
+Every store operation has a deadline, so a database that hangs makes it fail instead of
+waiting forever. Postgres connections give up connecting after CONNECT_TIMEOUT and send TCP
+keepalives (a server that vanished is noticed). A recording engine (`recording=True`, the
+store writer's) also has the server end a statement after STATEMENT_TIMEOUT, a wait for a
+lock after LOCK_TIMEOUT (a table another session holds locked), and a transaction left idle
+after IDLE_TIMEOUT (the one a writer gave up on when its answer never came: it must not keep
+its locks). What no server-side timeout can end, a call whose answer never arrives (a relay
+that went silent), the writer ends itself (store.deadline). SQLite waits BUSY_TIMEOUT_MS for
+a lock. The writer spools what missed its deadline (store.writer).
 """
 
 from __future__ import annotations
@@ -26,6 +36,12 @@ from sqlalchemy.pool import StaticPool
 from forge_record.errors import StoreError
 
 BUSY_TIMEOUT_MS = 10_000
+CONNECT_TIMEOUT = 10  # seconds
+STATEMENT_TIMEOUT = 15  # seconds; the writer's own deadline is a little longer (store.deadline)
+LOCK_TIMEOUT = 5
+IDLE_TIMEOUT = 60
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+               "keepalives_count": 3}
 _SQLITE_PRAGMAS = (
     f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",  # first, so the WAL switch below can wait
     "PRAGMA journal_mode = WAL",
@@ -36,8 +52,10 @@ _BEGIN_OPTION = "forge_record_sqlite_begin"
 SUPPORTED = "sqlite:///PATH, postgresql://... or postgresql+psycopg://..."
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, recording: bool = False) -> Engine:
     """An engine for `url`; StoreError if the URL is malformed, unsupported or unusable.
+    `recording`: the statement, lock and idle timeouts of the store writer (see above);
+    commands that read or migrate a whole store have none.
 
     Nothing connects yet, except that a SQLite file's parent directory is created.
     """
@@ -48,7 +66,7 @@ def make_engine(url: str) -> Engine:
         return _sqlite_engine(parsed)
     if backend == "postgresql" and driver in ("", "psycopg"):
         # A bare postgresql:// would mean psycopg2 to SQLAlchemy; we use psycopg 3.
-        return _postgres_engine(parsed.set(drivername="postgresql+psycopg"))
+        return _postgres_engine(parsed.set(drivername="postgresql+psycopg"), recording)
     raise StoreError(f"unsupported store URL {show_url(url)}: use {SUPPORTED}")
 
 
@@ -145,12 +163,18 @@ def _sqlite_begin(conn) -> None:
     conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-def _postgres_engine(url: URL) -> Engine:
+def _postgres_engine(url: URL, recording: bool) -> Engine:
+    connect_args: dict[str, object] = {"connect_timeout": CONNECT_TIMEOUT, **_KEEPALIVES}
+    if recording:
+        connect_args["options"] = " ".join(
+            f"-c {name}={seconds * 1000}" for name, seconds in (
+                ("statement_timeout", STATEMENT_TIMEOUT), ("lock_timeout", LOCK_TIMEOUT),
+                ("idle_in_transaction_session_timeout", IDLE_TIMEOUT)))
     try:
         return sa.create_engine(
             url,
             pool_pre_ping=True,  # the recorder outlives server restarts
-            connect_args={"connect_timeout": 10},
+            connect_args=connect_args,
         )
     except ImportError as e:
         raise StoreError(

@@ -9,7 +9,8 @@ and is fsync'd before append() returns, so a spooled item survives the recorder 
 (only the frame being written can be torn, and a torn or damaged frame ends the file for the
 reader). A payload is zstd of: a 4-byte length, a JSON header (the item, as records'
 to_dict() has it), then the raw request and response bodies. Secret headers are dropped
-before anything is written.
+before anything is written. The directory is 0700 and every file 0600: a spool holds
+prompts and files the agent sent, as the store does.
 
 The owning writer holds an exclusive flock on its file for as long as it lives. It creates
 the file under a temporary name and renames it once locked, so no other process ever sees an
@@ -47,6 +48,7 @@ log = logging.getLogger("forge_record")
 MAGIC = b"forge-record spool 1\n"
 SUFFIX = ".spool"
 REPLAY_BATCH = 64
+REPLAY_BYTES = 4 << 20  # a replayed batch is held whole, as records: bounded by its bodies too
 
 
 class Spool:
@@ -89,9 +91,11 @@ class Spool:
 
     def _create(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)  # made by an older version, or under another umask
         stem = f"{self.fingerprint}-{os.getpid()}-{int(time.time() * 1000)}"
         temporary = self.directory / f".{stem}.tmp"
-        f = open(temporary, "wb")  # noqa: SIM115 - lives as long as the writer
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        f = os.fdopen(fd, "wb")  # lives as long as the writer
         fcntl.flock(f, fcntl.LOCK_EX)
         f.write(MAGIC)
         f.flush()
@@ -113,30 +117,57 @@ def orphans(directory: Path, fingerprint: str) -> list[Path]:
 def replay_file(path: Path, write) -> int | None:
     """Replay a dead writer's file through `write(items)` and delete it; None if a live
     writer holds it. If `write` raises, the file stays and the error propagates."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115
-    except FileNotFoundError:  # another process replayed it meanwhile
+    f = claim(path)
+    if f is None:
         return None
     with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None
-        if not path.exists():  # replayed and deleted between our open and our lock
-            return None
         done = _replay(f, write)
         path.unlink()
     return done
 
 
+def claim(path: Path) -> BinaryIO | None:
+    """The file, open and locked (its writer is gone), or None if a live writer holds it or
+    another process replayed it meanwhile."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    if not path.exists():  # replayed and deleted between our open and our lock
+        f.close()
+        return None
+    return f
+
+
+def sessions_in(f: BinaryIO) -> list[Item]:
+    """The AddSession items of a claimed file (read from its start; the file is rewound)."""
+    f.seek(0)
+    found = [item for item in read(f) if isinstance(item, AddSession)]
+    f.seek(0)
+    return found
+
+
+def replay(f: BinaryIO, write) -> int:
+    """Replay a claimed file from its start through `write(items)`; how many items."""
+    f.seek(0)
+    return _replay(f, write)
+
+
 def _replay(f: BinaryIO, write) -> int:
     batch: list[Item] = []
-    done = 0
+    done = size = 0
     for item in read(f):
         batch.append(item)
-        if len(batch) >= REPLAY_BATCH:
+        if isinstance(item, AddExchange):
+            size += len(item.exchange.raw_request) + len(item.exchange.raw_response)
+        if len(batch) >= REPLAY_BATCH or size >= REPLAY_BYTES:
             write(batch)
-            done, batch = done + len(batch), []
+            done, batch, size = done + len(batch), [], 0
     if batch:
         write(batch)
         done += len(batch)

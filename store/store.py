@@ -57,9 +57,10 @@ class StoreUnavailable(StoreError):
     """The database did not answer (refused, dropped, timed out, locked too long)."""
 
 
-def open_store(url: str) -> Store:
-    """Open (and for SQLite or an empty Postgres database, migrate) the store at `url`."""
-    engine = make_engine(url)
+def open_store(url: str, *, recording: bool = False) -> Store:
+    """Open (and for SQLite or an empty Postgres database, migrate) the store at `url`.
+    `recording`: with the store writer's timeouts (store.engine)."""
+    engine = make_engine(url, recording=recording)
     with _opening(engine):
         if migrate.current(engine) != migrate.head():
             sqlite = engine.dialect.name == "sqlite"

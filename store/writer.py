@@ -20,12 +20,21 @@ Contract:
   fsync'd, counted in `spooled`. Every RETRY_EVERY seconds the thread asks the store again;
   once it answers, the spool is replayed (counted in `replayed`) and deleted, and writing goes
   on as before. The thread also replays, at start, spool files that earlier writers for the
-  same store left behind.
+  same store left behind (store.recovery).
 - While idle it writes a heartbeat for its sessions every HEARTBEAT_EVERY seconds, which is
   how a session whose recorder died shows as interrupted (store.summary).
+- Every store call has a deadline (store.deadline; the server's own statement and lock
+  timeouts in store.engine): a store that hangs (a table lock held for minutes, a network
+  path gone silent) counts as down, and what the call carried goes to the spool. The
+  spool is the one place where an item waits whenever the store cannot take it now.
 - close() writes everything already queued (to the store, or to the spool if it is still
-  down), stops the thread and closes the store. Items still spooled then are written by the
-  next writer for this store.
+  down), replays what other writers left in the spool meanwhile, stops the thread and
+  closes the store. Items still spooled then are written by the next writer for this store;
+  close() never drops one (if the thread is stuck past `timeout`, close spools the queue).
+- `durable` counts the submitted items, in submission order, that are taken care of: all
+  of the first `durable` are committed, spooled (fsync'd) or logged as failed. `on_durable`
+  is called with it whenever it grows: the writer process acknowledges with it, so that the
+  proxy forgets only what a dead writer process cannot lose.
 - A SIGKILLed recorder loses only what was queued and not yet committed or spooled: with a
   store that keeps up, the exchange in flight. (`forge-record run` puts the writer in a
   process of its own, which a SIGKILLed recorder does not take down: recorder/
@@ -37,6 +46,7 @@ Contract:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -49,14 +59,20 @@ from typing import Any
 from forge_record.errors import StoreError
 from forge_record.records import Exchange, Session
 from forge_record.store import spool as spooling
+from forge_record.store.deadline import Deadline, StoreTimedOut, default_deadline
 from forge_record.store.engine import make_engine
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item, describe
+from forge_record.store.recovery import replay_orphans
+from forge_record.store.sink import Counted, Counters
 from forge_record.store.store import Store, StoreUnavailable, fingerprint, open_store
 from forge_record.store.summary import HEARTBEAT_EVERY
 
 log = logging.getLogger("forge_record")
 
 BATCH = 64
+# A batch is prepared whole before it is written, and a prepared exchange (parsed, redacted,
+# encoded) takes several times its captured size: batches stop at this many body bytes.
+BATCH_BYTES = 4 << 20
 RETRY_EVERY = 2.0
 MAX_QUEUED_BYTES = 256 << 20  # bodies held in memory before the rest goes to the spool
 
@@ -67,7 +83,7 @@ def default_spool_dir() -> Path:
     return home() / "spool"
 
 
-class Writer:
+class Writer(Counted):
     def __init__(
         self,
         store: Store | None,
@@ -81,26 +97,32 @@ class Writer:
         retry_every: float = RETRY_EVERY,
         max_bytes: int = MAX_QUEUED_BYTES,
         gather: float = 0.0,
+        deadline: float | None = None,
+        on_durable: Callable[[int], None] | None = None,
+        spool_only: bool = False,
     ) -> None:
         """`store` may be None if it did not answer yet; then `opener` (called again every
         `retry_every` seconds) and `store_fingerprint` are needed. See Writer.open.
         `gather`: seconds to wait, once woken, for more items to write in the same
         transaction (a transaction of 16 small exchanges costs a third as much per exchange
-        as 16 of one); for a writer that nothing waits on, as in writer_process."""
-        if store is None and (opener is None or store_fingerprint is None):
+        as 16 of one); for a writer that nothing waits on, as in writer_process.
+        `deadline`: seconds a store call may take (default: store.deadline's).
+        `spool_only`: never open the store, spool everything (see Writer.spool_only)."""
+        if store is None and (opener is None and not spool_only or store_fingerprint is None):
             raise ValueError("a Writer without a store needs an opener and a fingerprint")
         self.store = store
         self._opener = opener
         self._prepare = prepare
-        self.written = 0  # counters: kept by the writer thread and the spiller, read after close()
-        self.failed = 0
-        self.dropped = 0  # submitted after close()
-        self.spooled = 0  # by the writer thread, while the store was down
-        self.overflowed = 0  # by the spiller, while the queue was full
-        self.replayed = 0
+        # Kept by the writer thread and the spiller, final after close() (store.sink).
+        self.counters = Counters()
         self.batches = 0  # transactions the store was asked for, for tests and benchmarks
-        self.spool_left = 0  # after close(): items left in the spool for the next run, and where
-        self.spool_file: Path | None = None
+        self.durable = 0  # see the module's docstring
+        self._on_durable = on_durable
+        self._submitted = 0
+        self._resolved: set[int] = set()  # items taken care of beyond the durable prefix
+        self._durable_lock = threading.Lock()
+        self._deadline = Deadline(default_deadline() if deadline is None else deadline)
+        self._spool_only = spool_only
         self._spool = spooling.Spool(spool_dir or default_spool_dir(),
                                      store_fingerprint or store.fingerprint)
         self._spool_lock = threading.Lock()  # the writer thread and the spiller share these
@@ -113,10 +135,10 @@ class Writer:
         self._lock = threading.Lock()  # submitters may be on several threads
         self._closed = False
         self._maxsize, self._max_bytes = maxsize, max_bytes
-        self._queue: deque[Item] = deque()
+        self._queue: deque[tuple[int, Item]] = deque()  # (submission index, item)
         self._queued_bytes = 0
         self._wake = threading.Event()  # set when the queue has something for the thread
-        self._overflow: deque[Item] = deque()  # for the spiller, while `_overflowing`
+        self._overflow: deque[tuple[int, Item]] = deque()  # for the spiller, while overflowing
         self._overflowing = False
         self._spill_wake = threading.Event()
         self._spiller: threading.Thread | None = None
@@ -129,8 +151,9 @@ class Writer:
         """A Writer for the store at `url`. If the store does not answer now (a Postgres
         server that is down), recording starts anyway into the spool; any other problem
         (a bad URL, a schema that needs `db upgrade`) raises StoreError here."""
+        opening = Deadline(options.get("deadline") or default_deadline())
         try:
-            store = open_store(url)
+            store = opening.call("open", open_store, url, recording=True)
         except StoreUnavailable as e:
             log.warning("forge-record: %s; recording to the spool until it answers", e)
             engine = make_engine(url)
@@ -138,9 +161,28 @@ class Writer:
                 print_ = fingerprint(engine)
             finally:
                 engine.dispose()
-            return cls(None, prepare=prepare, opener=lambda: open_store(url),
+            return cls(None, prepare=prepare, opener=lambda: open_store(url, recording=True),
                        store_fingerprint=print_, **options)
-        return cls(store, prepare=prepare, opener=lambda: open_store(url), **options)
+        finally:
+            opening.close()
+        return cls(store, prepare=prepare, opener=lambda: open_store(url, recording=True),
+                   **options)
+
+    @classmethod
+    def spool_only(cls, store_fingerprint: str,
+                   prepare: Callable[[Exchange], Exchange] | None = None,
+                   **options: Any) -> Writer:
+        """A Writer that puts everything in a spool file for the store with this
+        fingerprint, prepared, and never opens the store: the proxy's own spool, while the
+        writer process is dead or behind (recorder/writer_process.py). The file is
+        replayed by the next writer for the store once this one is closed."""
+        return cls(None, prepare=prepare, store_fingerprint=store_fingerprint,
+                   spool_only=True, **options)
+
+    @property
+    def fingerprint(self) -> str:
+        """Names the store in spool files (store.store.fingerprint)."""
+        return self._spool.fingerprint
 
     @property
     def spool_path(self) -> Path | None:
@@ -152,6 +194,14 @@ class Writer:
     def submit(self, item: Item) -> None:
         self._submit(item)
 
+    def skip(self) -> None:
+        """Count a submission that carried nothing (a frame that could not be read), so
+        that `durable` still counts what the submitter sent."""
+        with self._lock:
+            index = self._submitted
+            self._submitted += 1
+        self._done([index])
+
     def submit_session(self, session: Session) -> None:
         self._submit(AddSession(session, os.getpid(), time.time()))
 
@@ -162,13 +212,15 @@ class Writer:
                    harness_version: str | None = None) -> None:
         self._submit(EndSession(session_id, ended_at, exit_code, harness_version))
 
-    def close(self, timeout: float = 30) -> None:
-        """Write everything submitted (waiting at most `timeout` seconds in all), then close
-        the store."""
+    def close(self, timeout: float | None = None) -> None:
+        """Write everything submitted, to the store or else to the spool, then close the
+        store. `timeout` (default: three store deadlines) bounds the wait for the thread;
+        past it, what is still queued is spooled from here."""
         with self._lock:  # a submit either lands before this or sees _closed
             if self._closed:
                 return
             self._closed = True
+        timeout = 3 * self._deadline.seconds + 10 if timeout is None else timeout
         deadline = time.monotonic() + timeout
         if self._spiller is not None:
             self._spill_wake.set()
@@ -176,45 +228,83 @@ class Writer:
         self._wake.set()
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            log.error("forge-record: %d writes still pending after %ss; they are lost",
-                      len(self._queue), timeout)
-        elif self._spool.path is not None:
-            log.warning("forge-record: the store did not answer; %d items wait in %s and are "
-                        "written by the next `forge-record run` with this store",
+            self._spool_what_is_left(timeout)
+        if self._spool.path is not None and not self._spool_only:
+            log.warning("forge-record: the store did not take everything; %d items wait in %s "
+                        "and are written by the next `forge-record run` with this store",
                         self._spool.count, self._spool.path)
-        self.spool_left, self.spool_file = self._spool.count, self._spool.path
+        self.counters.spool_left, self.counters.spool_file = self._spool.count, self._spool.path
         self._spool.close()
-        if self.store is not None:
+        self._deadline.close()
+        if self.store is not None and not self._thread.is_alive():
             self.store.close()
+
+    def _spool_what_is_left(self, timeout: float) -> None:
+        """The thread is stuck past close's timeout: spool the queue from here, so that
+        nothing submitted is dropped (the thread's own batch is spooled by the thread)."""
+        with self._lock:
+            left = list(self._queue) + list(self._overflow)
+            self._queue.clear()
+            self._overflow.clear()
+        if not self._spool_lock.acquire(timeout=self._deadline.seconds):
+            self.counters.failed += len(left)
+            log.error("forge-record: the store writer is stuck after %ss and the spool is "
+                      "busy; %d items could not be kept", timeout, len(left))
+            return
+        try:
+            self.counters.spooled += self._spill([self._prepared(i) for _, i in left])
+        finally:
+            self._spool_lock.release()
+        self._done([n for n, _ in left])
+        log.error("forge-record: the store writer is still busy after %ss; %d queued items "
+                  "were spooled", timeout, len(left))
 
     def _submit(self, item: Item) -> None:
         with self._lock:
             if not self._closed:
+                entry = (self._submitted, item)
+                self._submitted += 1
                 size = _size(item)
                 if not self._overflowing and (len(self._queue) < self._maxsize and
                                               self._queued_bytes + size <= self._max_bytes):
-                    self._queue.append(item)
+                    self._queue.append(entry)
                     self._queued_bytes += size
                     if not self._wake.is_set():
                         self._wake.set()
                     return
-                self._overflow_to_spool(item)
+                self._overflow_to_spool(entry)
                 return
-            self.dropped += 1
+            self.counters.dropped += 1
         log.warning("forge-record: writer is closed, dropped %s", describe(item))
 
-    def _overflow_to_spool(self, item: Item) -> None:
+    def _overflow_to_spool(self, entry: tuple[int, Item]) -> None:
         """Under _lock: the queue is full; this item and the ones after it go to the spool."""
         if not self._overflowing:
             self._overflowing = True
             log.warning("forge-record: the store is not keeping up; spooling %s and what "
-                        "follows until it catches up", describe(item))
-        self._overflow.append(item)
+                        "follows until it catches up", describe(entry[1]))
+        self._overflow.append(entry)
         self._spill_wake.set()
         if self._spiller is None:
             self._spiller = threading.Thread(target=self._spill_overflow, daemon=True,
                                              name="forge-record-spiller")
             self._spiller.start()
+
+    def _done(self, indexes: list[int]) -> None:
+        """These submitted items are taken care of: advance `durable` over the ones that now
+        form an unbroken prefix, and say so."""
+        with self._durable_lock:
+            self._resolved.update(indexes)
+            before = self.durable
+            while self.durable in self._resolved:
+                self._resolved.discard(self.durable)
+                self.durable += 1
+            grown = self.durable if self.durable != before else None
+        if grown is not None and self._on_durable is not None:
+            try:
+                self._on_durable(grown)
+            except Exception:  # noqa: BLE001 - an acknowledgement must not stop the writing
+                log.exception("forge-record: could not acknowledge written items")
 
     # --- the spiller thread ------------------------------------------------------------
 
@@ -223,17 +313,21 @@ class Writer:
             self._spill_wake.wait()
             self._spill_wake.clear()
             while True:
-                with self._lock:
-                    items, closing = list(self._overflow), self._closed
-                if not items:
+                with self._lock:  # a batch at a time: prepared items are several times
+                    # the size of captured ones, and the overflow can be long
+                    entries = _batch(self._overflow, BATCH)
+                    closing = self._closed
+                if not entries:
                     break
-                prepared = [self._prepared(i) for i in items]
+                prepared = [self._prepared(i) for _, i in entries]
                 with self._spool_lock:
                     spilled = self._spill(prepared)
                 with self._lock:  # they stay in _overflow until spooled: see _catch_up
-                    for _ in items:
-                        self._overflow.popleft()
-                self.overflowed += spilled
+                    for _ in entries:
+                        if self._overflow:
+                            self._overflow.popleft()
+                self.counters.overflowed += spilled
+                self._done([n for n, _ in entries])
                 self._wake.set()  # the writer thread writes the spool once it is free
             if closing:
                 return
@@ -251,18 +345,23 @@ class Writer:
             if self._gather and len(self._queue) < BATCH and not self._closed:
                 time.sleep(self._gather)
             while batch := self._take(BATCH):
-                self._write([self._prepared(i) for i in batch])
+                self._write([self._prepared(i) for _, i in batch])
+                self._done([n for n, _ in batch])
             self._catch_up()
             with self._lock:
                 if self._closed and not self._queue and not self._overflow:
                     break
         if self._down:
             self._recover(force=True)
+        else:  # what others spooled meanwhile, e.g. the proxy while this writer was behind
+            self._replay_orphans()
 
-    def _take(self, n: int) -> list[Item]:
+    def _take(self, n: int) -> list[tuple[int, Item]]:
         with self._lock:
-            batch = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
-            self._queued_bytes -= sum(_size(i) for i in batch)
+            batch = _batch(self._queue, n)
+            for _ in batch:
+                self._queue.popleft()
+            self._queued_bytes -= sum(_size(i) for _, i in batch)
         return batch
 
     def _catch_up(self) -> None:
@@ -272,7 +371,7 @@ class Writer:
             return
         try:
             with self._spool_lock:
-                self.replayed += self._spool.drain(self._replay_write)
+                self.counters.replayed += self._spool.drain(self._replay_write)
         except StoreUnavailable as e:
             self._down, self._last_try = True, time.monotonic()
             log.warning("forge-record: %s; spooling until the store answers again", e)
@@ -281,7 +380,7 @@ class Writer:
             if not self._overflow and self._spool.count == 0:
                 self._overflowing = False
                 log.warning("forge-record: the store caught up; %d items went through the "
-                            "spool", self.overflowed)
+                            "spool", self.counters.overflowed)
 
     def _prepared(self, item: Item) -> Item:
         with self._prepare_lock:  # the writer thread, or the spiller after an overflow
@@ -300,14 +399,28 @@ class Writer:
                               describe(item))
         return item
 
+    # --- store calls, each with its deadline -----------------------------------------------
+
+    def _call(self, doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._deadline.call(doing, fn, *args, **kwargs)
+        except StoreTimedOut:
+            self.store = None  # its connection is the stuck one: recovery opens another
+            raise
+
+    def _store_write(self, items: list[Item], *, if_absent: bool = False) -> None:
+        if self.store is None:
+            raise StoreUnavailable("the store is not open")
+        self._call(f"write {len(items)} items", self.store.write, items, if_absent=if_absent)
+
     def _write(self, items: list[Item]) -> None:
         if self._down and not self._recover():
             self._spool_down(items)
             return
         try:
             self.batches += 1
-            self.store.write(items)
-            self.written += len(items)
+            self._store_write(items)
+            self.counters.written += len(items)
         except StoreUnavailable as e:
             self._went_down(e, items)
         except StoreError:
@@ -316,13 +429,13 @@ class Writer:
     def _one_by_one(self, items: list[Item]) -> None:
         for n, item in enumerate(items):
             try:
-                self.store.write([item])
-                self.written += 1
+                self._store_write([item])
+                self.counters.written += 1
             except StoreUnavailable as e:
                 self._went_down(e, items[n:])
                 return
             except StoreError:
-                self.failed += 1
+                self.counters.failed += 1
                 log.exception("forge-record: could not write %s", describe(item))
 
     def _went_down(self, error: StoreError, items: list[Item]) -> None:
@@ -332,29 +445,31 @@ class Writer:
 
     def _spool_down(self, items: list[Item]) -> None:
         with self._spool_lock:
-            self.spooled += self._spill(items)
+            self.counters.spooled += self._spill(items)
 
     def _spill(self, items: list[Item]) -> int:
         """Append to the spool; how many went there (the others are lost and logged)."""
         try:
             self._spool.append(items)
         except OSError:
-            self.failed += len(items)
+            self.counters.failed += len(items)
             log.exception("forge-record: cannot spool %d items; they are lost", len(items))
             return 0
         return len(items)
 
     def _recover(self, force: bool = False) -> bool:
         """Whether the store answers again, after replaying the spool into it."""
+        if self._spool_only:
+            return False
         if not force and time.monotonic() - self._last_try < self._retry_every:
             return False
         self._last_try = time.monotonic()
         try:
             if self.store is None:
-                self.store = self._opener()
-            self.store.ping()
+                self.store = self._call("open", self._opener)
+            self._call("reach", self.store.ping)
             with self._spool_lock:
-                self.replayed += self._spool.drain(self._replay_write)
+                self.counters.replayed += self._spool.drain(self._replay_write)
         except StoreUnavailable:
             return False
         except StoreError:
@@ -370,7 +485,7 @@ class Writer:
         """Write spooled items; one the store refuses for its content (say, an exchange whose
         session was never stored) is logged and counted, and must not block the rest."""
         try:
-            self.store.write(items, if_absent=True)
+            self._store_write(items, if_absent=True)
             return
         except StoreUnavailable:
             raise
@@ -378,62 +493,50 @@ class Writer:
             pass
         for item in items:
             try:
-                self.store.write([item], if_absent=True)
+                self._store_write([item], if_absent=True)
             except StoreUnavailable:
                 raise
             except StoreError:
-                self.failed += 1
+                self.counters.failed += 1
                 log.exception("forge-record: could not write spooled %s", describe(item))
 
     def _replay_orphans(self) -> None:
-        """Replay spool files that dead writers left for this store. Their sessions that
-        did not end were cut short: they are marked so (Store.abandon)."""
-        for path in spooling.orphans(self._spool.directory, self._spool.fingerprint):
-            if path == self._spool.path:
-                continue
-            replay = _OrphanReplay(self._replay_write)
-            try:
-                done = spooling.replay_file(path, replay)
-                if done:
-                    self.store.abandon(replay.unfinished)
-            except StoreError:
-                log.exception("forge-record: could not replay %s; kept for later", path)
-                continue
-            if done:
-                self.replayed += done
-                log.warning("forge-record: wrote %d items left in %s by an earlier run",
-                            done, path.name)
+        """Replay spool files that dead writers left for this store (store.recovery)."""
+        def abandon(session_ids: set[str]) -> None:
+            self._call("mark sessions interrupted", self.store.abandon, session_ids)
+
+        try:
+            self.counters.replayed += replay_orphans(
+                self._spool.directory, self._spool.fingerprint, self._spool.path,
+                self._replay_write, abandon)
+        except StoreUnavailable as e:
+            log.warning("forge-record: %s; the rest of the spool waits", e)
+            self._down, self._last_try = True, time.monotonic()
 
     def _idle(self) -> None:
         if self._down:
             self._recover()
-        elif self._live:
+        elif self._live and self.store is not None:
             try:
-                self.store.heartbeat(sorted(self._live))
+                self._call("write heartbeat", self.store.heartbeat, sorted(self._live))
             except StoreError as e:
                 log.info("forge-record: heartbeat not written: %s", e)
+                if self.store is None:  # it timed out: the store counts as down
+                    self._down, self._last_try = True, time.monotonic()
+
+
+def _batch(entries: deque[tuple[int, Item]], n: int) -> list[tuple[int, Item]]:
+    """The first entries, up to `n` of them and BATCH_BYTES of bodies (at least one)."""
+    batch, size = [], 0
+    for entry in itertools.islice(entries, n):
+        size += _size(entry[1])
+        if batch and size > BATCH_BYTES:
+            break
+        batch.append(entry)
+    return batch
 
 
 def _size(item: Item) -> int:
     if isinstance(item, AddExchange):
         return len(item.exchange.raw_request) + len(item.exchange.raw_response)
     return 0
-
-
-class _OrphanReplay:
-    """Writes a dead writer's items, noting which of its sessions never ended."""
-
-    def __init__(self, write: Callable[[list[Item]], None]) -> None:
-        self._write = write
-        self._seen: set[str] = set()
-        self._ended: set[str] = set()
-
-    @property
-    def unfinished(self) -> set[str]:
-        return self._seen - self._ended
-
-    def __call__(self, items: list[Item]) -> None:
-        for item in items:
-            sid = item.session.id if isinstance(item, AddSession) else item.session_id
-            (self._ended if isinstance(item, EndSession) else self._seen).add(sid)
-        self._write(items)

@@ -31,7 +31,7 @@ from mitmproxy.test import tflow
 from mitmproxy.websocket import WebSocketMessage
 
 from forge_record.addons.websocket import WebSocketRecorder
-from forge_record.capture import finalize
+from forge_record.finalize import finalize
 from forge_record.mock.openai_ws import frames
 from forge_record.records import (
     ERROR,

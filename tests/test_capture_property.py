@@ -13,8 +13,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_record.capture import Capture, finalize
+from forge_record.capture import Capture
 from forge_record.decoders import DIALECTS, dialect_for
+from forge_record.finalize import finalize
 
 STREAMS = sorted((Path(__file__).parent / "data" / "sse").glob("*/*.sse"))
 CONTENT_TYPES = ["text/event-stream", "application/json", ""]

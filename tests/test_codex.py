@@ -35,9 +35,9 @@ from support import Socket, create, events_for
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.addons.websocket import WebSocketRecorder
-from forge_record.capture import finalize
 from forge_record.commands.run import plan_route
 from forge_record.errors import UsageError
+from forge_record.finalize import finalize
 from forge_record.harness_shims import detect
 from forge_record.harness_shims.codex import Codex
 from forge_record.mock import TOOL_MARKER, MockUpstream

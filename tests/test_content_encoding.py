@@ -7,9 +7,10 @@ import pytest
 import zstandard
 from conftest import sse_cases
 
-from forge_record.capture import Capture, finalize
+from forge_record.capture import Capture
 from forge_record.content_encoding import TooLarge, decode_body, decoder_for
 from forge_record.decoders import dialect_for
+from forge_record.finalize import finalize
 from forge_record.records import COMPLETE
 
 BODY = ("event: ping\ndata: {\"type\": \"ping\"} ünïcode ✓\n\n" * 200).encode()

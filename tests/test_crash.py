@@ -48,10 +48,38 @@ def test_killed_recorder_keeps_finished_exchanges(tmp_path):
         time.sleep(0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        os.kill(agent, signal.SIGKILL)  # the orphaned agent
+        _wait_gone(agent)
     db = sqlite3.connect(tmp_path / "traces.db")
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert db.execute("SELECT count(*) FROM exchanges").fetchone() == (2,)
+
+
+def test_the_agent_dies_with_a_sigkilled_recorder(tmp_path):
+    # Without it the agent ran on as an orphan whose every model call failed (no proxy).
+    with MockUpstream() as mock:
+        proc, agent, _ = start(tmp_path, mock)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        try:
+            assert _wait_gone(agent), "the agent outlived its recorder"
+        finally:
+            if _alive(agent):
+                os.kill(agent, signal.SIGKILL)
+
+
+def _wait_gone(pid: int, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for init to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_killed_agent_ends_the_session(tmp_path):
@@ -81,7 +109,8 @@ print("done", flush=True)
 """
 
 
-def test_a_dead_store_writer_never_breaks_the_agent(tmp_path):
+def test_a_dead_store_writer_never_breaks_the_agent_and_loses_nothing(tmp_path):
+    # Before: the calls after the kill were dropped ("NOT stored") and the run exited 0.
     env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path)}
     with MockUpstream() as mock:
         proc = subprocess.Popen(
@@ -97,7 +126,11 @@ def test_a_dead_store_writer_never_breaks_the_agent(tmp_path):
     assert out.strip() == "done"  # both later calls went through
     assert len(mock.requests) == 3
     assert "Traceback" not in err
-    assert "the store writer is gone" in err and "NOT stored" in err
+    assert "the store writer died" in err and "restarted" in err and "NOT stored" not in err
+    completed = len(mock.requests)
+    db = sqlite3.connect(tmp_path / "traces.db")
+    assert db.execute("SELECT count(*) FROM exchanges").fetchone() == (completed,)
+    assert "3 model calls" in err
 
 
 def _children(pid: int) -> list[int]:

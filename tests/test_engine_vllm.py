@@ -16,7 +16,7 @@ from engine_server import vllm_url  # noqa: F401 - fixture
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
+from forge_record.finalize import finalize
 from forge_record.records import COMPLETE, ToolCall
 from forge_record.trust import confdir
 

@@ -18,7 +18,7 @@ import pytest
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
+from forge_record.finalize import finalize
 from forge_record.mock import CutStream, MockUpstream, Reply
 from forge_record.mock.anthropic import full_message, sse_events, text_message
 from forge_record.records import COMPLETE, ERROR, INCOMPLETE

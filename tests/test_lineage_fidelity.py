@@ -21,8 +21,8 @@ import pytest
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
 from forge_record.decoders import dialect_named
+from forge_record.finalize import finalize
 from forge_record.lineage import analyze
 from forge_record.lineage.signals import message_hash
 from forge_record.mock import TOOL_MARKER, MockUpstream

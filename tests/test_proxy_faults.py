@@ -12,7 +12,7 @@ import pytest
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
+from forge_record.finalize import finalize
 from forge_record.mock import MockUpstream, Reply
 from forge_record.records import COMPLETE, INCOMPLETE, Text
 from forge_record.trust import confdir

@@ -18,8 +18,8 @@ from support import Arrivals
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
 from forge_record.decoders import dialect_named
+from forge_record.finalize import finalize
 from forge_record.harness_shims.generic import Generic
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.records import COMPLETE, Text, ToolCall, ToolResult

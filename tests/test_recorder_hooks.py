@@ -18,7 +18,7 @@ from mitmproxy.proxy.layers.http import (
 from mitmproxy.test import taddons, tflow, tutils
 
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import PENDING, finalize
+from forge_record.finalize import PENDING, finalize
 from forge_record.records import COMPLETE, ERROR, INCOMPLETE, Exchange
 
 CHAT = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})

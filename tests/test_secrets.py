@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from secret_corpus import AWS_SECRET, CASES, HEX40
 
-from forge_record.capture import Capture, finalize
+from forge_record.capture import Capture
 from forge_record.decoders import dialect_for
+from forge_record.finalize import finalize
 from forge_record.mock import MockUpstream
 from forge_record.records import Response, Text, ToolCall
 from forge_record.redact.bodies import Redactor, load_key, strings

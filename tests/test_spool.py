@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -54,6 +55,19 @@ def test_items_read_back_and_a_torn_tail_is_ignored(tmp_path):
     assert data[second : second + 1] == b"F"  # damage the second frame's payload:
     path.write_bytes(data[: second + 20] + b"\x00" + data[second + 21 :])
     assert read_items(path) == items()[:1]
+
+
+def test_spool_files_are_private(tmp_path):
+    directory = tmp_path / "spool"
+    directory.mkdir(mode=0o755)  # as an older forge-record left it
+    directory.chmod(0o755)
+    spool = Spool(directory, "fp")
+    spool.append(items())
+    try:
+        assert stat.S_IMODE(spool.path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    finally:
+        spool.close()
 
 
 def test_secrets_never_reach_the_spool(tmp_path):
@@ -119,7 +133,9 @@ def test_a_writer_replays_what_an_earlier_run_left(store, store_url, tmp_path):
 
 class Relay:
     """A TCP relay on a fixed local port to the Postgres server; stop() refuses and drops
-    every connection, start() answers again on the same port."""
+    every connection, start() answers again on the same port, silence() keeps every
+    connection open and takes new ones but forwards nothing (a network path that drops
+    packets instead of refusing them)."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -128,8 +144,13 @@ class Relay:
             self.port = probe.getsockname()[1]
         self._listener: socket.socket | None = None
         self._open: list[socket.socket] = []
+        self.silent = False
+
+    def silence(self) -> None:
+        self.silent = True
 
     def start(self) -> None:
+        self.silent = False
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -159,20 +180,24 @@ class Relay:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self.silent:
+                self._open.append(client)
+                threading.Thread(target=self._pump, args=(client, None), daemon=True).start()
+                continue
             upstream = socket.create_connection(self.target)
             self._open += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket | None) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if dst is not None and not self.silent:
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
-            for sock in (src, dst):
+            for sock in (src, dst) if dst is not None else (src,):
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
@@ -359,3 +384,96 @@ def test_an_item_the_store_refuses_does_not_block_the_rest_of_a_spool(store, sto
     assert sorted(store.seqs("s")) == [1, 2]
     assert "could not write spooled exchange 1 of session lost" in caplog.text
     assert spooling.orphans(tmp_path / "spool", store.fingerprint) == []
+
+
+# --- a store that hangs: every operation has a deadline, the spool takes the rest ----------
+
+AGENT = """
+import anthropic, sys
+client = anthropic.Anthropic(api_key="sk-ant-dummy-key", max_retries=0)
+def call():
+    client.messages.create(model="claude-haiku-4-5", max_tokens=20,
+                           messages=[{"role": "user", "content": "hi"}])
+call()
+print("first", flush=True)
+sys.stdin.readline()  # the test makes the store hang meanwhile
+for _ in range(4):
+    call()
+print("done", flush=True)
+"""
+
+
+def run_agent_while(url: str, home: Path, hang, *, deadline: float | None = None):
+    """`forge-record run` an agent that makes one call, waits while `hang()` makes the store
+    hang, then makes four more; (the finished process, stderr, calls the agent completed)."""
+    import os
+
+    from forge_record.mock import MockUpstream
+
+    forge = str(Path(sys.executable).with_name("forge-record"))
+    env = {**os.environ, "FORGE_RECORD_HOME": str(home)}
+    if deadline is not None:
+        env["FORGE_RECORD_STORE_DEADLINE"] = str(deadline)
+    with MockUpstream() as mock:
+        proc = subprocess.Popen(
+            [forge, "run", "--store", url, "--harness", "claude-code", "--mode", "reverse",
+             "--upstream", f"api.anthropic.com={mock.url}", "--", sys.executable, "-c", AGENT],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        try:
+            assert proc.stdout.readline().strip() == "first"
+            hang()
+            out, err = proc.communicate("go\n", timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert out.strip() == "done" and proc.returncode == 0, err
+    return proc, err, len(mock.requests)
+
+
+def replay_and_count(url: str, spool_dir: Path) -> int:
+    """Replay what waits in the spool, as the next run would; the exchanges then stored."""
+    Writer.open(url, spool_dir=spool_dir).close()
+    assert list(spool_dir.glob("*.spool")) == []
+    with open_store(url) as store:
+        [session] = store.list_sessions()
+        assert session["status"] == "ended"
+        return len(store.seqs(session["id"]))
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_table_lock_held_past_the_agent_s_exit_spools_and_loses_nothing(
+        new_database, tmp_path):
+    # Before: the writer waited on the lock inside one SQL call and everything behind it
+    # was dropped at exit ("still pending after 30s; they are lost").
+    import psycopg
+
+    url = new_database()
+    open_store(url).close()
+    locker = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1))
+    try:
+        def lock() -> None:
+            locker.execute("LOCK TABLE exchanges IN ACCESS EXCLUSIVE MODE")  # held: no commit
+
+        _, err, completed = run_agent_while(url, tmp_path / "home", lock)
+        assert "they are lost" not in err and "NOT stored" not in err
+        assert "items wait in" in err.splitlines()[-1]
+    finally:
+        locker.rollback()
+        locker.close()
+    assert replay_and_count(url, tmp_path / "home" / "spool") == completed == 5
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_relay_that_goes_silent_spools_and_loses_nothing(relayed, tmp_path):
+    # Before: a write sent into the silent path never returned; the calls behind it were
+    # dropped at exit.
+    url, relay = relayed
+    _, err, completed = run_agent_while(url, tmp_path / "home", relay.silence, deadline=3)
+    assert "they are lost" not in err and "NOT stored" not in err
+    assert "items wait in" in err.splitlines()[-1]
+    relay.stop()  # the stuck connections end: the server drops what they held
+    relay.start()
+    assert replay_and_count(url, tmp_path / "home" / "spool") == completed == 5

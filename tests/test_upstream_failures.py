@@ -20,7 +20,7 @@ import pytest
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
-from forge_record.capture import finalize
+from forge_record.finalize import finalize
 from forge_record.records import ERROR, INCOMPLETE
 from forge_record.trust import ca_files, confdir
 

@@ -17,10 +17,10 @@ from support import Socket, create, events_for
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.addons.websocket import WebSocketRecorder
-from forge_record.capture import finalize
 from forge_record.chain import UNRESOLVED, ResponseChains
 from forge_record.decoders.openai_items import parse_responses_request
 from forge_record.decoders.openai_responses import response_record
+from forge_record.finalize import finalize
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.records import COMPLETE, ERROR, INCOMPLETE, Exchange, request_to_dict
 from forge_record.trust import confdir

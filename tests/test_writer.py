@@ -258,3 +258,23 @@ def test_a_sigkilled_recorder_loses_at_most_the_exchange_in_flight(tmp_path):
         assert len(stored) >= submitted  # at most the one in flight is missing
         assert store.session_summary("s")["status"] == "interrupted"
         assert all(e.raw_request == b"q" * 5000 for e in store.iter_exchanges("s", raw=True))
+
+
+def test_large_exchanges_are_prepared_a_few_megabytes_at_a_time(tmp_path):
+    # A batch is prepared whole, and a prepared exchange is several times its captured size:
+    # 64 exchanges of ~105 KB at once took the writer process past 400 MB (issue 19).
+    from forge_record.store import spool as spooling
+    from forge_record.store import writer as writing
+    from forge_record.store.items import AddExchange
+
+    big = [AddExchange("s", Exchange(dialect="d", seq=n, raw_request=b"x" * (1 << 20)))
+           for n in range(20)]
+    batch = writing._batch(writing.deque(enumerate(big)), writing.BATCH)
+    assert 1 <= len(batch) <= writing.BATCH_BYTES >> 20
+    spool = spooling.Spool(tmp_path, "fp")
+    spool.append(big)
+    path = spool.path
+    spool.close()
+    sizes = []
+    assert spooling.replay_file(path, lambda items: sizes.append(len(items))) == 20
+    assert max(sizes) <= spooling.REPLAY_BYTES >> 20

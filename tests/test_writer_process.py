@@ -18,7 +18,7 @@ from support import SECRET, captured
 
 from forge_record.errors import StoreError
 from forge_record.records import Session
-from forge_record.store import default_store_url, open_store
+from forge_record.store import Writer, default_store_url, open_store
 from forge_record.store.items import AddExchange
 from forge_record.writer_process import WriterProcess, frame, read_batches
 
@@ -157,3 +157,115 @@ def test_the_reader_takes_whole_frames_in_batches_and_drops_a_torn_last_one(capl
     assert [i.exchange.seq for batch in batches for i in batch] == list(range(5))
     assert all(batches)  # no empty batch is handed on
     assert "cut short" in caplog.text
+
+
+# --- a writer process that dies or stalls loses nothing (issue 19) -----------------------
+
+
+def _stored(url: str, session_id: str = "s") -> list[int]:
+    with open_store(url) as store:
+        return sorted(store.seqs(session_id))
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_session_is_replaced_and_loses_nothing(tmp_path, home):
+    # Before: every exchange after the kill was dropped and the run still exited 0.
+    url = default_store_url(tmp_path)
+    writer = WriterProcess(url)
+    writer.ready()
+    writer.submit_session(Session(id="s"))
+    for seq in range(20):
+        writer.submit_exchange("s", captured(seq))
+    first = writer._proc.pid
+    os.kill(first, signal.SIGKILL)  # mid-session: some of the 20 are not written yet
+    for seq in range(20, 50):
+        writer.submit_exchange("s", captured(seq))
+        time.sleep(0.01)
+    writer.submit_end("s", 2.0, 0)
+    writer.close()
+    assert writer.restarts == 1 and writer._proc.pid != first
+    assert (writer.dropped, writer.failed, writer.spool_left) == (0, 0, 0)
+    completed = 50
+    assert len(_stored(url)) == completed
+    with open_store(url) as store:
+        assert store.get_session("s").exit_code == 0
+    assert list((home / "spool").glob("*.spool")) == []
+
+
+@pytest.mark.slow
+def test_a_stopped_writer_makes_the_proxy_spool_within_its_budget(tmp_path, home, caplog):
+    # Before: the proxy held every frame (98 -> 245 MB), dropped them at exit after 120 s,
+    # and the last frame was torn.
+    url = default_store_url(tmp_path)
+    budget = 4 << 20
+    writer = WriterProcess(url, memory_budget=budget)
+    writer.ready()
+    big = [captured(seq) for seq in range(60)]
+    for ex in big:
+        ex.raw_response += b": " + b"x" * (256 << 10) + b"\n\n"  # an SSE comment: 256 KB
+    os.kill(writer._proc.pid, signal.SIGSTOP)
+    held = []
+    try:
+        writer.submit_session(Session(id="s"))
+        for ex in big:
+            writer.submit_exchange("s", ex)
+            held.append(writer._held)
+        writer.submit_end("s", 2.0, 0)
+        assert max(held) <= budget + len(frame(AddExchange("s", big[0])))
+        assert writer._spooler is not None  # the proxy spools what does not fit
+        writer.close(timeout=3)  # the child never answers: what it did not take is spooled
+    finally:
+        try:
+            os.kill(writer._proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert writer.dropped == 0 and writer.spool_left == 62
+    assert "torn" not in caplog.text and "cut short" not in caplog.text
+    # The next run with this store replays the spool.
+    replay = Writer.open(url)
+    replay.close()
+    assert replay.replayed == 62
+    completed = 60
+    assert _stored(url) == list(range(completed))
+    with open_store(url) as store:
+        assert store.get_session("s").exit_code == 0
+        [one] = [e for e in store.iter_exchanges("s", raw=True) if e.seq == 7]
+        assert one.status == "complete" and SECRET.encode() not in one.raw_request
+
+
+@pytest.mark.slow
+def test_what_the_proxy_spooled_is_stored_by_the_end_of_a_healthy_run(tmp_path, home,
+                                                                      monkeypatch):
+    # The child replays the proxy's spool as it closes, so its input must end only once
+    # that spool is closed. It ended as soon as the backlog was sent, and the spool was
+    # left for the next run.
+    url = default_store_url(tmp_path)
+    writer = WriterProcess(url, memory_budget=4 << 20)
+    writer.ready()
+    close_spooler = WriterProcess._close_spooler
+
+    def resume_then_close_spooler(self, spooler):
+        os.kill(self._proc.pid, signal.SIGCONT)  # the backlog drains now
+        try:  # time for the sender to end the input and the child to finish, if they would
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        close_spooler(self, spooler)
+
+    monkeypatch.setattr(WriterProcess, "_close_spooler", resume_then_close_spooler)
+    os.kill(writer._proc.pid, signal.SIGSTOP)  # behind: the proxy holds frames, then spools
+    try:
+        writer.submit_session(Session(id="s"))
+        for seq in range(40):
+            ex = captured(seq)
+            ex.raw_response += b": " + b"x" * (256 << 10) + b"\n\n"
+            writer.submit_exchange("s", ex)
+        writer.submit_end("s", 2.0, 0)
+        writer.close()
+    finally:
+        if writer._proc.poll() is None:
+            os.kill(writer._proc.pid, signal.SIGCONT)
+    assert writer.spooled > 0  # the proxy did spool some
+    assert (writer.spool_left, writer.dropped, writer.failed) == (0, 0, 0)
+    assert _stored(url) == list(range(40))
+    assert list((home / "spool").glob("*.spool")) == []

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
 from forge_record.errors import ForgeRecordError
+from forge_record.logs import setup_logging  # noqa: F401 - the commands' set-up
 from forge_record.paths import default_store_url, store_url
 
 store_option = click.option(
@@ -43,22 +42,6 @@ def require_store(url: str) -> None:
         hint = " (nothing recorded yet; try: forge-record demo)" if url == default_store_url() \
             else ""
         raise ForgeRecordError(f"no store at {path}{hint}")
-
-
-def setup_logging(verbose: int) -> None:
-    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("forge_record")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level)
-    logger.propagate = False
-    if verbose > 1:  # -vv: mitmproxy's own log too (the proxy sets its level)
-        mitm_handler = logging.StreamHandler()
-        mitm_handler.setFormatter(logging.Formatter("mitmproxy: %(message)s"))
-        mitm = logging.getLogger("mitmproxy")
-        mitm.handlers[:] = [mitm_handler]
-        mitm.propagate = False
 
 
 def key_value(ctx, param, values: tuple[str, ...]) -> dict[str, str]:

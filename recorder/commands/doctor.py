@@ -247,7 +247,7 @@ def _probe(mode, host, path, body, direct, mock_url, conf, ca: CaFiles, report) 
     from forge_record.addons.access import Access
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
-    from forge_record.capture import finalize
+    from forge_record.finalize import finalize
 
     got: list = []
     upstreams, access = {host: mock_url}, Access()

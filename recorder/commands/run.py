@@ -16,15 +16,16 @@ from urllib.parse import urlsplit
 import click
 
 from forge_record import config, harness_shims, launch, trust
-from forge_record.commands.common import key_value, open_store, setup_logging, store_option
+from forge_record.commands.common import key_value, open_store, store_option
 from forge_record.commands.sessions import counted
 from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
 from forge_record.harness_shims.base import LOOPBACK
 from forge_record.lineage import session_usage
+from forge_record.logs import setup_logging
 from forge_record.outcome import Failures, count
 from forge_record.paths import home, store_url
-from forge_record.records import Exchange, Session
+from forge_record.records import Session
 from forge_record.redact.argv import mask_argv
 
 
@@ -126,7 +127,7 @@ def record(
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
     from forge_record.addons.websocket import WebSocketRecorder
-    from forge_record.writer_process import WriterProcess
+    from forge_record.writer_process import SessionSink, WriterProcess
 
     # The store is opened, and exchanges are folded, redacted and written, in a process of
     # its own (forge_record.writer_process), while this one starts the proxy.
@@ -142,16 +143,7 @@ def record(
         tags=tags,
         started_at=time.time(),
     )
-    seen = _VersionSniffer(shim)
-    captured = 0
-
-    def sink(exchange: Exchange) -> None:
-        nonlocal captured
-        captured += 1
-        seen(exchange)
-        failures(exchange)
-        writer.submit_exchange(session.id, exchange)
-
+    sink = SessionSink(writer, session.id, shim.version_from, observe=failures)
     addon = Recorder(
         sink,
         model_hosts=route.model_hosts,
@@ -188,24 +180,12 @@ def record(
     finally:
         proxy.stop()
         if started:
-            writer.submit_end(session.id, time.time(), exit_code, harness_version=seen.version)
+            writer.submit_end(session.id, time.time(), exit_code, harness_version=sink.version)
         writer.close()
     _print_summary(url, session.id, writer, failures)
-    if not captured:
+    if not sink.captured:
         _warn_nothing_recorded(argv, shim, route, dict(os.environ))
     return exit_code
-
-
-class _VersionSniffer:
-    """Takes the harness version from the first User-Agent that names it."""
-
-    def __init__(self, shim: Shim) -> None:
-        self.shim = shim
-        self.version: str | None = None
-
-    def __call__(self, exchange: Exchange) -> None:
-        if self.version is None:
-            self.version = self.shim.version_from(exchange.request_headers.get("user-agent", ""))
 
 
 def _print_summary(url: str, session_id: str, writer, failures: Failures) -> None:
