@@ -24,7 +24,7 @@ from mitmproxy import addons as mitm_addons
 from mitmproxy import master, options
 from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig, update_alt_svc
 
-from forge_record.addons.loopback import LoopbackOnly
+from forge_record.addons.loopback import LoopbackOnly, is_loopback
 from forge_record.errors import ForgeRecordError
 
 # Stock addons that act whatever the options say: option handling, the servers, protocol
@@ -102,10 +102,14 @@ class InProcessProxy:
         settings: dict[str, str] | None = None,
         verbose: bool = False,
         stock_addons: bool = False,
+        listen: tuple[str, int] = ("127.0.0.1", 0),
     ) -> None:
         """`mode` is a mitmproxy mode spec ("regular" or "reverse:https://host"); `settings`
         are extra mitmproxy options given as strings (from `--set`); `stock_addons` keeps
-        every default mitmproxy addon, idle or not."""
+        every default mitmproxy addon, idle or not. `listen` is (host, port); only a
+        loopback host refuses clients from elsewhere (`forge-record serve --listen` widens
+        it on purpose: there the session tokens are the gate)."""
+        self.listen = listen
         self.addon = addon
         self.mode = mode
         self.confdir = confdir
@@ -131,8 +135,8 @@ class InProcessProxy:
         if self._startup_error is not None:
             raise ForgeRecordError(f"cannot start the proxy: {self._startup_error}")
         if not self._ready.addresses:
-            port = self.settings.get("listen_port", "a free port")
-            raise ForgeRecordError(f"the proxy could not listen on 127.0.0.1 ({port}); "
+            port = self.settings.get("listen_port", self.listen[1] or "a free port")
+            raise ForgeRecordError(f"the proxy could not listen on {self.listen[0]} ({port}); "
                                    "is the port in use?")
         return self._ready.addresses[0][1]
 
@@ -153,11 +157,12 @@ class InProcessProxy:
         opts = options.Options()
         m = master.Master(opts, event_loop=asyncio.get_running_loop(), with_termlog=False)
         m.addons.add(*stock_addons(self.settings, all_of_them=self.stock_addons))
-        m.addons.add(LoopbackOnly(), self.addon, self._ready)
+        guard = [LoopbackOnly()] if is_loopback(self.listen[0]) else []
+        m.addons.add(*guard, self.addon, self._ready)
         try:
             opts.update(
-                listen_host="127.0.0.1",
-                listen_port=0,
+                listen_host=self.listen[0],
+                listen_port=self.listen[1],
                 mode=[self.mode],
                 confdir=str(self.confdir),
                 # Connect upstream only when a request needs it: offline hosts and

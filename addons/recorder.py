@@ -25,6 +25,9 @@ from forge_record.records import Exchange
 log = logging.getLogger("forge_record")
 
 _META = "forge_record"
+# A flow's own sink, if another addon set one before `response` (forge-record serve: the
+# exchange goes to the session that flow belongs to); otherwise the Recorder's.
+SINK = "forge_record_sink"
 
 
 class Recorder:
@@ -116,7 +119,7 @@ class Recorder:
         exchange = capture.finish(error)
         self.recorded += 1
         try:
-            self.sink(exchange)
+            flow.metadata.get(SINK, self.sink)(exchange)
         except Exception:  # noqa: BLE001 - recording must never break the agent's call
             log.exception("forge-record: could not queue exchange %s", exchange.url)
 
