@@ -17,6 +17,7 @@ from forge_record.commands import (
     label,
     push,
     run,
+    serve,
     sessions,
     show,
     view,
@@ -31,6 +32,7 @@ def cli() -> None:
 
 
 cli.add_command(run.run)
+cli.add_command(serve.serve)
 cli.add_command(sessions.sessions)
 cli.add_command(show.show)
 cli.add_command(doctor.doctor)
