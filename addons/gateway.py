@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from typing import Any
 
@@ -40,9 +41,11 @@ _FLOWING = "forge_record_flowing"
 
 
 class GatewayAddon:
-    def __init__(self, gateway: Gateway, recording: Any, metrics: Metrics) -> None:
+    def __init__(self, gateway: Gateway, recording: Any, metrics: Metrics,
+                 log_calls: bool = False) -> None:
         self.gateway = gateway
         self.metrics = metrics
+        self.log_calls = log_calls  # one JSON line per call on stderr (`serve --log-calls`)
         self.addons = [recording]
         self.inflight = 0  # proxied calls and open WebSockets, for the drain
         self._health: asyncio.Task | None = None
@@ -104,6 +107,8 @@ class GatewayAddon:
 
         def sink(exchange) -> None:
             self.metrics.call(exchange.dialect, upstream.url, exchange.http_status)
+            if self.log_calls:
+                _log_call(resolved.session_id, upstream.url, exchange)
             store_it(exchange)
 
         flow.metadata[SINK] = sink
@@ -171,6 +176,17 @@ class GatewayAddon:
         if not self.gateway.upstreams.any_healthy():
             return False, "no upstream is reachable"
         return True, "ok"
+
+
+def _log_call(session_id: str, upstream: str, exchange: Any) -> None:
+    took = (exchange.ended_at or 0) - exchange.started_at
+    line = {"session": session_id, "dialect": exchange.dialect, "url": exchange.url,
+            "upstream": upstream, "http_status": exchange.http_status,
+            "ms": round(took * 1000, 1), "flags": exchange.flags}
+    try:
+        sys.stderr.write(orjson.dumps(line).decode() + "\n")
+    except (OSError, ValueError):
+        pass  # a closed stderr must not cost the call
 
 
 def _json(status: int, value: Any) -> http.Response:

@@ -230,7 +230,17 @@ def test_two_sessions_at_once_stay_apart(served):
         assert f"{item['session_id']} turn 3" in text and other not in text
 
 
-def test_health_ready_metrics(served):
+def test_health_ready_metrics(tmp_path, db, mock):
+    served = Served(tmp_path / "gw", f"sqlite:///{db}", [mock.url], extra=("--log-calls",))
+    try:
+        check_health_ready_metrics(served)
+    finally:
+        assert served.stop() == 0
+    lines = [orjson.loads(x) for x in served.log if x.startswith("{")]
+    assert [(x["dialect"], x["http_status"]) for x in lines] == [("anthropic.messages", 200)]
+
+
+def check_health_ready_metrics(served):
     assert raw(f"{served.url}/healthz")[0] == 200
     status, body = raw(f"{served.url}/readyz")
     assert status == 200 and orjson.loads(body)["ready"] is True

@@ -50,10 +50,11 @@ DEFAULT_LISTEN = "127.0.0.1:8080"
               "sessions' base URLs start with it. Default: http://LISTEN.")
 @click.option("--drain-timeout", type=float, default=60.0, show_default=True,
               help="On SIGTERM, how long calls in flight may take to end.")
+@click.option("--log-calls", is_flag=True, help="Write one JSON line per call to stderr.")
 @click.option("--no-redact-bodies", is_flag=True, help="Keep secrets found inside bodies.")
 @click.option("-v", "--verbose", count=True, help="Log what the gateway does (-vv: more).")
 def serve(store, listen, upstreams, admin_token_file, upstream_key_file, public_url,
-          drain_timeout, no_redact_bodies, verbose) -> None:
+          drain_timeout, log_calls, no_redact_bodies, verbose) -> None:
     """Record many rollout sessions as a shared reverse-proxy gateway."""
     setup_logging(verbose)
     host, port = parse_listen(listen)
@@ -68,7 +69,7 @@ def serve(store, listen, upstreams, admin_token_file, upstream_key_file, public_
     admin = read_secret(admin_token_file, "--admin-token-file")
     key = read_secret(upstream_key_file, "--upstream-key-file") if upstream_key_file else None
     run_gateway(store_url(store), ups, host, port, admin_token=admin, upstream_key=key,
-                public_url=public_url, drain_timeout=drain_timeout,
+                public_url=public_url, drain_timeout=drain_timeout, log_calls=log_calls,
                 redact=not no_redact_bodies, verbose=verbose)
 
 
@@ -91,7 +92,7 @@ def read_secret(path: str, option: str) -> str:
 
 def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
                 upstream_key: str | None, public_url: str | None, drain_timeout: float,
-                redact: bool, verbose: int) -> None:
+                log_calls: bool = False, redact: bool, verbose: int) -> None:
     from forge_record.addons.gateway import GatewayAddon
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
@@ -115,7 +116,7 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         metrics = Metrics(gateway.pending, lambda: len(writer._backlog), lambda: gateway.lost)
         # Calls without a session never reach a sink; those with one carry their own.
         recorder = Recorder(_unowned, record_any_host=True)
-        addon = GatewayAddon(gateway, WebSocketRecorder(recorder), metrics)
+        addon = GatewayAddon(gateway, WebSocketRecorder(recorder), metrics, log_calls)
         proxy = InProcessProxy(addon, mode=f"reverse:{ups.all[0].url}",
                                confdir=trust.confdir(home()), listen=(host, port),
                                verbose=verbose > 1)
