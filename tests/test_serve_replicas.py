@@ -10,6 +10,7 @@ import anthropic
 import pytest
 import sqlalchemy as sa
 from serve_gateway import Served
+from test_spool import Relay, relayed, wait_for  # noqa: F401 - fixtures
 from test_store import new_database, pg_admin  # noqa: F401 - fixtures
 
 from forge_record.client import GatewayClient
@@ -80,3 +81,22 @@ def test_a_killed_replica_loses_nothing_finished(tmp_path, new_database):
         finally:
             for r in replicas:
                 r.stop()
+
+
+def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, relayed):
+    url, relay = relayed
+    with MockUpstream() as mock, Served(tmp_path / "gw", url, [mock.url]) as gw:
+        s = gw.client.create_session("claude-code")
+        history: list[dict] = []
+        turn(client_at(gw, s), history)
+        relay.stop()  # Postgres unreachable: the session goes on, its calls wait for numbers
+        for _ in range(3):
+            turn(client_at(gw, s), history)
+        unknown = GatewayClient(gw.url, gw.client._token, retries=0)
+        with pytest.raises(Exception):  # noqa: B017 - the control API needs the store
+            unknown.create_session("claude-code")
+        relay.start()
+        gw.client.finish(s["id"], "done", 0)
+        calls = gw.client.session(s["id"])["calls"]
+        assert [c["seq"] for c in calls] == [1, 2, 3, 4]
+        assert all(c["status"] == "complete" for c in calls)

@@ -19,6 +19,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -34,10 +35,13 @@ from forge_record.records import Exchange, Session
 from forge_record.store import gateway as rows
 from forge_record.store.batch import Writes
 from forge_record.store.items import EndSession
+from forge_record.store.store import StoreUnavailable
 
 log = logging.getLogger("forge_record")
 
 FLUSH_WAIT = 15.0  # how long a finish waits for the session's exchanges to be stored
+RETRY_EVERY = 1.0  # while the store is down: how often numbering is tried again
+MAX_WAITING = 100_000  # exchanges kept in memory for numbering while the store is down
 _FLUSH_POLL = 0.05
 WORKERS = 16  # threads for store work; the event loop only hands work to them
 
@@ -75,8 +79,14 @@ class Gateway:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="forge-record-gateway")
         self._lock = threading.Lock()
         self._delivering: dict[str, int] = {}  # session -> exchanges handed to the pool
+        # While the store is down, exchanges wait here, in order, to be numbered; sessions
+        # seen open before keep being served from `_known` (token hash -> session row).
+        self._waiting: deque[tuple[str, Exchange]] = deque()
+        self._retrying: threading.Thread | None = None
+        self._known: dict[str, dict[str, Any]] = {}
         self.lost = 0  # exchanges that could not be numbered (the store did not answer)
         self.draining = False
+        self._closing = threading.Event()
 
     # --- for the event loop --------------------------------------------------------------
 
@@ -97,11 +107,24 @@ class Gateway:
         return sink
 
     def pending(self) -> int:
+        """Exchanges not yet handed to the writer (on their way, or waiting for the store)."""
         with self._lock:
-            return sum(self._delivering.values())
+            return sum(self._delivering.values()) + len(self._waiting)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        """Wait for every exchange to be numbered and handed to the writer; ones still
+        waiting for the store after `timeout` are lost (counted)."""
         self._pool.shutdown(wait=True)
+        deadline = time.monotonic() + timeout
+        while self._waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._closing.set()
+        with self._lock:
+            if self._waiting:
+                log.error("forge-record: the store did not come back; %d exchanges are not "
+                          "stored", len(self._waiting))
+            self.lost += len(self._waiting)
+            self._waiting.clear()
 
     # --- auth ------------------------------------------------------------------------------
 
@@ -115,8 +138,14 @@ class Gateway:
         token is another session's; 409: the session has finished)."""
         if named.token is None:
             raise Refused(401, "no session token: send the session's token as the API key")
-        with self.store.reading("find session") as conn:
-            row = rows.by_token(conn, named.token)
+        digest = rows.token_hash(named.token)
+        try:
+            with self.store.reading("find session") as conn:
+                row = rows.by_token(conn, named.token)
+        except StoreUnavailable:
+            row = self._known.get(digest)  # the store is down: a session seen open goes on
+            if row is None:
+                raise
         if row is None:
             raise Refused(401, "unknown session token")
         if named.session_id is not None and named.session_id != row["session_id"]:
@@ -126,17 +155,28 @@ class Gateway:
         if row["keyed_by"] is None:
             with self.store.transaction("note how a session is named") as conn:
                 rows.note_keyed_by(conn, row["session_id"], named.how)
+            row = {**row, "keyed_by": named.how}
+        if len(self._known) > 100_000:
+            self._known.clear()
+        self._known[digest] = row
         return Resolved(row["session_id"], named.how)
 
     # --- exchanges -------------------------------------------------------------------------
 
     def _deliver(self, session_id: str, exchange: Exchange) -> None:
         """Number the exchange in its session's sequence (shared by all replicas), then hand
-        it to the writer process."""
+        it to the writer process. While the store is down (or exchanges already wait), it
+        waits in memory, in order, for the store to come back."""
         try:
-            with self.store.transaction("number an exchange") as conn:
-                exchange.seq = rows.next_seq(conn, session_id)
-            self.writer.submit_exchange(session_id, exchange)
+            with self._lock:
+                behind = bool(self._waiting)
+                if behind:
+                    self._wait(session_id, exchange)
+            if not behind:
+                self._number(session_id, exchange)
+        except StoreUnavailable:
+            with self._lock:
+                self._wait(session_id, exchange)
         except (StoreError, KeyError) as e:
             self.lost += 1
             log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
@@ -147,6 +187,43 @@ class Gateway:
                     self._delivering[session_id] = left
                 else:
                     del self._delivering[session_id]
+
+    def _number(self, session_id: str, exchange: Exchange) -> None:
+        with self.store.transaction("number an exchange") as conn:
+            exchange.seq = rows.next_seq(conn, session_id)
+        self.writer.submit_exchange(session_id, exchange)
+
+    def _wait(self, session_id: str, exchange: Exchange) -> None:
+        """Under _lock: keep the exchange for numbering once the store answers."""
+        if len(self._waiting) >= MAX_WAITING:
+            self.lost += 1
+            return
+        self._waiting.append((session_id, exchange))
+        if self._retrying is None or not self._retrying.is_alive():
+            self._retrying = threading.Thread(target=self._retry, daemon=True,
+                                              name="forge-record-renumber")
+            self._retrying.start()
+
+    def _retry(self) -> None:
+        while not self._closing.is_set():
+            with self._lock:
+                if not self._waiting:
+                    return
+                session_id, exchange = self._waiting[0]
+            try:
+                self._number(session_id, exchange)
+            except StoreUnavailable:
+                self._closing.wait(RETRY_EVERY)
+                continue
+            except (StoreError, KeyError) as e:
+                self.lost += 1
+                log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
+            with self._lock:
+                if self._waiting and self._waiting[0][1] is exchange:
+                    self._waiting.popleft()
+
+    def waiting(self) -> int:
+        return len(self._waiting)
 
     # --- the control API's operations ------------------------------------------------------
 
