@@ -98,5 +98,8 @@ def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, r
         relay.start()
         gw.client.finish(s["id"], "done", 0)
         calls = gw.client.session(s["id"])["calls"]
-        assert [c["seq"] for c in calls] == [1, 2, 3, 4]
+        # All four, in order. A number may be skipped: an UPDATE that committed as the
+        # store went away looks failed to the gateway, which numbers that exchange again.
+        seqs = [c["seq"] for c in calls]
+        assert len(seqs) == 4 and seqs == sorted(set(seqs)), seqs
         assert all(c["status"] == "complete" for c in calls)

@@ -275,8 +275,9 @@ class Gateway:
             with self.store.reading("count exchanges") as conn:
                 row = rows.get(conn, sid) or {"calls": 0}
                 missing = row["calls"] - rows.stored_calls(conn, sid)
-            with self._lock:
-                on_way = self._delivering.get(sid, 0)
+            with self._lock:  # still to be numbered: on their way, or waiting for the store
+                on_way = self._delivering.get(sid, 0) + sum(
+                    1 for waiting_sid, _ in self._waiting if waiting_sid == sid)
             if (missing <= 0 and not on_way) or time.monotonic() > deadline:
                 return max(missing, 0) + on_way
             time.sleep(_FLUSH_POLL)
