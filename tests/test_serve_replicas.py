@@ -6,15 +6,18 @@ rollout nothing that had finished."""
 from __future__ import annotations
 
 # ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+import threading
+
 import anthropic
 import pytest
 import sqlalchemy as sa
 from serve_gateway import Served
 from test_spool import Relay, relayed, wait_for  # noqa: F401 - fixtures
-from test_store import new_database, pg_admin  # noqa: F401 - fixtures
+from test_store import make_exchange, make_session, new_database, pg_admin  # noqa: F401
 
 from forge_record.client import GatewayClient
 from forge_record.mock import MockUpstream
+from forge_record.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -103,3 +106,33 @@ def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, r
         seqs = [c["seq"] for c in calls]
         assert len(seqs) == 4 and seqs == sorted(set(seqs)), seqs
         assert all(c["status"] == "complete" for c in calls)
+
+
+def test_two_writers_of_one_session_never_share_a_segment(new_database):
+    """Two stores (two replicas' writers) write the first exchanges of the same sessions at
+    the same moment: each must open a segment of its own, or the session reads back broken."""
+    url = new_database()
+    stores = [open_store(url), open_store(url)]
+    sessions = [f"race-{n}" for n in range(12)]
+    for sid in sessions:
+        stores[0].add_session(make_session(id=sid))
+    start = threading.Barrier(2)
+
+    def write(k: int) -> None:
+        start.wait()
+        for sid in sessions:
+            stores[k].add_exchange(sid, make_exchange(seq=k + 1))
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        for sid in sessions:
+            assert [ex.seq for ex in stores[0].iter_exchanges(sid, raw=True)] == [1, 2]
+            places = [(ex.seq,) for ex in stores[1].iter_exchanges(sid)]
+            assert len(places) == 2
+    finally:
+        for st in stores:
+            st.close()
