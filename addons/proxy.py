@@ -26,7 +26,7 @@ from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconf
 
 from forge_record.addons.access import Access
 from forge_record.addons.failures import UpstreamFailures
-from forge_record.addons.loopback import LoopbackOnly
+from forge_record.addons.loopback import LoopbackOnly, is_loopback
 from forge_record.errors import ForgeRecordError
 
 # Stock addons that act whatever the options say: option handling, the servers, protocol
@@ -105,11 +105,15 @@ class InProcessProxy:
         verbose: bool = False,
         stock_addons: bool = False,
         access: Access | None = None,
+        listen: tuple[str, int] = ("127.0.0.1", 0),
     ) -> None:
         """`mode` is a mitmproxy mode spec ("regular" or "reverse:https://host"); `settings`
         are extra mitmproxy options given as strings (from `--set`); `stock_addons` keeps
         every default mitmproxy addon, idle or not; `access`: serve only clients that hold
-        its secret (addons/access.py; `forge-record run` always gives one)."""
+        its secret (addons/access.py; `forge-record run` always gives one). `listen` is
+        (host, port); only a loopback host refuses clients from elsewhere (`forge-record
+        serve --listen` widens it on purpose: there the session tokens are the gate)."""
+        self.listen = listen
         self.addon = addon
         self.mode = mode
         self.confdir = confdir
@@ -137,8 +141,8 @@ class InProcessProxy:
         if self._startup_error is not None:
             raise ForgeRecordError(f"cannot start the proxy: {self._startup_error}")
         if not self._ready.addresses:
-            port = self.settings.get("listen_port", "a free port")
-            raise ForgeRecordError(f"the proxy could not listen on 127.0.0.1 ({port}); "
+            port = self.settings.get("listen_port", self.listen[1] or "a free port")
+            raise ForgeRecordError(f"the proxy could not listen on {self.listen[0]} ({port}); "
                                    "is the port in use?")
         return self._ready.addresses[0][1]
 
@@ -161,12 +165,13 @@ class InProcessProxy:
         m.addons.add(*stock_addons(self.settings, all_of_them=self.stock_addons))
         # UpstreamFailures after the recorder: it reads a failed flow's cause first.
         # Access checks come first (ProxyAuth is a stock addon, loaded when its option is set).
-        guards = self.access.addons(self.mode) if self.access else []
-        m.addons.add(LoopbackOnly(), *guards, self.addon, UpstreamFailures(), self._ready)
+        guards = [LoopbackOnly()] if is_loopback(self.listen[0]) else []
+        guards += self.access.addons(self.mode) if self.access else []
+        m.addons.add(*guards, self.addon, UpstreamFailures(), self._ready)
         try:
             opts.update(
-                listen_host="127.0.0.1",
-                listen_port=0,
+                listen_host=self.listen[0],
+                listen_port=self.listen[1],
                 mode=[self.mode],
                 confdir=str(self.confdir),
                 # Connect upstream only when a request needs it: offline hosts and

@@ -34,6 +34,9 @@ log = logging.getLogger("forge_record")
 
 _META = "forge_record"
 _ASKED = "forge_record.asked"  # what the agent asked for, of the token fields we add
+# A flow's own sink, if another addon set one before `response` (forge-record serve: the
+# exchange goes to the session that flow belongs to); otherwise the Recorder's.
+SINK = "forge_record_sink"
 
 
 class Recorder:
@@ -145,7 +148,7 @@ class Recorder:
         exchange = capture.finish(error, upstream_failed=upstream)
         self.recorded += 1
         try:
-            self.sink(exchange)
+            flow.metadata.get(SINK, self.sink)(exchange)
         except Exception:  # noqa: BLE001 - recording must never break the agent's call
             log.exception("forge-record: could not queue exchange %s", exchange.url)
 

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 from mitmproxy import http
 
-from forge_record.addons.recorder import Recorder
+from forge_record.addons.recorder import SINK, Recorder
 from forge_record.capture import Capture
 from forge_record.decoders import dialect_for
 from forge_record.decoders.openai_responses import ResponsesFold
@@ -70,6 +70,7 @@ class WebSocketRecorder:
         if sock is not None and flow.response is not None:
             sock.upstream_url = _ws_url(flow.request.url)  # after any --upstream redirect
             sock.response_headers = list(flow.response.headers.items(multi=True))
+            sock.sink = flow.metadata.get(SINK, self.recorder.sink)
             self._sockets[id(flow)] = sock
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
@@ -138,7 +139,7 @@ class WebSocketRecorder:
         assert capture is not None
         exchange = capture.finish(error)
         try:
-            self.recorder.sink(exchange)
+            (sock.sink or self.recorder.sink)(exchange)
         except Exception:  # noqa: BLE001 - recording must never break the agent's call
             log.exception("forge-record: could not queue exchange %s", exchange.url)
 
@@ -155,6 +156,7 @@ class _Socket:
         self.request_headers = request_headers
         self.response_headers: list[tuple[str, str]] = []
         self.capture: Capture | None = None
+        self.sink = None  # the flow's own sink (see recorder.SINK), set once it is open
         self.frames: _FrameDialect | None = None
 
 

@@ -20,6 +20,7 @@ from forge_record.commands import (
     mock,
     push,
     run,
+    serve,
     sessions,
     show,
     view,
@@ -43,6 +44,7 @@ def cli() -> None:
 
 
 cli.add_command(run.run)
+cli.add_command(serve.serve)
 cli.add_command(sessions.sessions)
 cli.add_command(show.show)
 cli.add_command(doctor.doctor)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import time
 from collections import OrderedDict
 from typing import Any
@@ -109,6 +110,7 @@ class Writes:
     def _encoder(self, conn: sa.Connection, session_id: str) -> SessionEncoder:
         enc = self._encoders.get(session_id)
         if enc is None or enc.full:
+            _lock_segments(conn, session_id)
             last = conn.scalar(sa.select(sa.func.max(exchanges.c.segment))
                                .where(exchanges.c.session_id == session_id))
             floor = max(-1 if last is None else last, enc.segment if enc else -1)
@@ -141,6 +143,16 @@ class Writes:
             piece, places = encoder.pack(datas)
             insert_pack(conn, encoder.group, piece, names, datas, places, now)
         return set(stale)
+
+
+def _lock_segments(conn: sa.Connection, session_id: str) -> None:
+    """Before a writer picks a new segment for a session: on Postgres, wait for any other
+    writer doing the same for that session to commit (a transaction-scoped advisory lock), so
+    that two writers of one session (replicas of `forge-record serve`) never pick the same
+    segment. SQLite's BEGIN IMMEDIATE already serializes writers."""
+    if conn.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:8], "big", signed=True)
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
 
 _TOUCH = (blobs.update().where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))

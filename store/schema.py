@@ -132,3 +132,26 @@ labels = sa.Table(
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("updated_at", Timestamp, nullable=False),
 )
+
+# Rollout sessions of `forge-record serve` (revision 0004, store.gateway): what any replica
+# needs to serve a session's calls and its control API. The token itself is never stored,
+# only its sha256; `calls` hands out the session's exchange numbers across replicas;
+# `finish_seq` is the order sessions finished in, the trainers' cursor.
+gateway_sessions = sa.Table(
+    "gateway_sessions",
+    metadata,
+    sa.Column(
+        "session_id", sa.Text, sa.ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("token_hash", sa.Text, nullable=False, unique=True),
+    sa.Column("meta", sa.JSON, nullable=False),
+    sa.Column("group_id", sa.Text, index=True),
+    sa.Column("keyed_by", sa.Text),
+    sa.Column("calls", sa.Integer, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("exit_code", sa.Integer),
+    sa.Column("finished_at", Timestamp),
+    sa.Column("finish_seq", sa.Integer, unique=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+)

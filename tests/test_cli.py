@@ -100,9 +100,10 @@ def test_reverse_keeps_the_users_gateway_as_upstream(env):
     code = "import os; print(os.environ['ANTHROPIC_BASE_URL'], 'HTTPS_PROXY' in os.environ)"
     proc = forge(env, "run", "--harness", "claude-code", "--", PY, "-c", code)
     url, has_proxy = proc.stdout.split()
-    # the proxy, under the gateway's path (tests/test_base_paths.py)
+    # the proxy, under this run's secret path segment (addons/access.py) and then the
+    # gateway's path (tests/test_base_paths.py)
     assert url.startswith("http://127.0.0.1:") and urlsplit(url).port != 9
-    assert urlsplit(url).path == "/gateway"
+    assert re.fullmatch(r"/[0-9a-f]{32}/gateway", urlsplit(url).path)
     assert has_proxy == "False"
 
 

@@ -41,6 +41,10 @@ EXPECTED_COLUMNS = {
     "packs": ["id", "group_id", "size", "data", "created_at"],
     "blobs": ["hash", "pack_id", "start", "length", "touched_at"],
     "labels": ["session_id", "reward", "note", "tags", "created_at", "updated_at"],
+    "gateway_sessions": [
+        "session_id", "token_hash", "meta", "group_id", "keyed_by", "calls", "status",
+        "exit_code", "finished_at", "finish_seq", "created_at",
+    ],
     migrate.VERSION_TABLE: ["version_num"],
 }
 COLUMNS_0001 = {
@@ -48,7 +52,8 @@ COLUMNS_0001 = {
     "exchanges": EXPECTED_COLUMNS["exchanges"][:-3],
     migrate.VERSION_TABLE: ["version_num"],
 }
-EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id"}
+EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id",
+                    "ix_gateway_sessions__group_id"}
 
 
 @pytest.fixture(params=BACKENDS)

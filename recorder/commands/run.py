@@ -65,15 +65,27 @@ from forge_record.redact.argv import mask_argv
     help="Keep secrets found inside bodies (API keys, tokens, private keys, PASSWORD=...). "
     "Headers and URL keys are redacted regardless.",
 )
+@click.option("--gateway", metavar="URL",
+              help="Record at this `forge-record serve` gateway instead of a local proxy: "
+              "the session is created there and finished with CMD's exit code.")
+@click.option("--gateway-token-file", metavar="FILE",
+              help="The gateway's admin token [default: env FORGE_RECORD_GATEWAY_TOKEN].")
+@click.option("--meta", multiple=True, callback=key_value, metavar="K=V",
+              help="With --gateway: session metadata (task_id, group_id, attempt, ...).")
 @click.option("-v", "--verbose", count=True, help="Log what the recorder does (-vv: more).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(store, mode, harness, upstream, engine, top_logprobs, tag, settings, no_redact_bodies,
-        verbose, command) -> None:
+        gateway, gateway_token_file, meta, verbose, command) -> None:
     """Run CMD with its model traffic recorded; exit with CMD's exit code."""
     setup_logging(verbose)
     argv = list(command)
     launch.resolve(argv, os.environ)  # a missing command fails before anything starts
     shim = pick_shim(harness, argv)
+    if gateway:
+        from forge_record.gateway import rollout
+
+        token = rollout.admin_token(gateway_token_file, dict(os.environ))
+        sys.exit(rollout.run_in_session(gateway, token, shim.name, argv, tag, meta))
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
     route.engine, route.top_logprobs = engine, top_logprobs
     redactor = None if no_redact_bodies else config.redactor(home())

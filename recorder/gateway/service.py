@@ -1,0 +1,340 @@
+"""The gateway's state and operations. Everything that matters is in the store.
+
+A `Gateway` is one replica's handle on it: the store (control requests, session lookups,
+exchange numbers), the writer process (exchanges, as in `forge-record run`), the upstreams
+and the secret that tokens are derived from. Nothing a session needs stays in this process,
+so any replica serves any call or control request of any session, and a replica that dies
+loses only the calls it was carrying.
+
+Every method here may wait on the database: the proxy calls them in a worker thread
+(`run`), never on its event loop. Errors a caller made raise `Refused` (an HTTP status and
+a message); a store that does not answer raises StoreError.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from forge_record.errors import StoreError
+from forge_record.exporters.base import Options, Tally
+from forge_record.exporters.trajectories import trajectory
+from forge_record.exporters.units import load_session, threads
+from forge_record.gateway import keys
+from forge_record.gateway.env import session_env
+from forge_record.gateway.upstreams import Upstreams
+from forge_record.records import Exchange, Session
+from forge_record.store import gateway as rows
+from forge_record.store.batch import Writes
+from forge_record.store.items import EndSession
+from forge_record.store.store import StoreUnavailable
+
+log = logging.getLogger("forge_record")
+
+FLUSH_WAIT = 15.0  # how long a finish waits for the session's exchanges to be stored
+RETRY_EVERY = 1.0  # while the store is down: how often numbering is tried again
+MAX_WAITING = 100_000  # exchanges kept in memory for numbering while the store is down
+_FLUSH_POLL = 0.05
+WORKERS = 16  # threads for store work; the event loop only hands work to them
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"status": self.status, "message": str(self)}
+        if self.field is not None:
+            error["field"] = self.field
+        return {"error": error}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    session_id: str
+    how: str
+
+
+class Gateway:
+    def __init__(self, store: Any, writer: Any, upstreams: Upstreams, *, admin_token: str,
+                 public_url: str, upstream_key: str | None = None,
+                 metrics: Any = None) -> None:
+        self.store = store
+        self.writer = writer
+        self.upstreams = upstreams
+        self.public_url = public_url.rstrip("/")
+        self.upstream_key = upstream_key
+        self.metrics = metrics
+        self._secret = admin_token
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="forge-record-gateway")
+        self._lock = threading.Lock()
+        self._delivering: dict[str, int] = {}  # session -> exchanges handed to the pool
+        # While the store is down, exchanges wait here, in order, to be numbered; sessions
+        # seen open before keep being served from `_known` (token hash -> session row).
+        self._waiting: deque[tuple[str, Exchange]] = deque()
+        self._retrying: threading.Thread | None = None
+        self._known: dict[str, dict[str, Any]] = {}
+        self.lost = 0  # exchanges that could not be numbered (the store did not answer)
+        self.draining = False
+        self._closing = threading.Event()
+
+    # --- for the event loop --------------------------------------------------------------
+
+    async def run(self, fn, *args):
+        """`fn(*args)` in a worker thread: how the proxy's loop asks anything of the store."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def sink_for(self, session_id: str):
+        """The per-flow sink (addons.recorder.SINK) that stores exchanges in this session."""
+
+        def sink(exchange: Exchange) -> None:
+            with self._lock:
+                self._delivering[session_id] = self._delivering.get(session_id, 0) + 1
+            self._pool.submit(self._deliver, session_id, exchange)
+
+        return sink
+
+    def pending(self) -> int:
+        """Exchanges not yet handed to the writer (on their way, or waiting for the store)."""
+        with self._lock:
+            return sum(self._delivering.values()) + len(self._waiting)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Wait for every exchange to be numbered and handed to the writer; ones still
+        waiting for the store after `timeout` are lost (counted)."""
+        self._pool.shutdown(wait=True)
+        deadline = time.monotonic() + timeout
+        while self._waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._closing.set()
+        with self._lock:
+            if self._waiting:
+                log.error("forge-record: the store did not come back; %d exchanges are not "
+                          "stored", len(self._waiting))
+            self.lost += len(self._waiting)
+            self._waiting.clear()
+
+    # --- auth ------------------------------------------------------------------------------
+
+    def is_admin(self, authorization: str | None) -> bool:
+        scheme, _, value = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
+                                                                  self._secret.encode())
+
+    def resolve(self, named: keys.Named) -> Resolved:
+        """The session a proxied call belongs to, or Refused (401: no valid token; 403: the
+        token is another session's; 409: the session has finished)."""
+        if named.token is None:
+            raise Refused(401, "no session token: send the session's token as the API key")
+        digest = rows.token_hash(named.token)
+        try:
+            with self.store.reading("find session") as conn:
+                row = rows.by_token(conn, named.token)
+        except StoreUnavailable:
+            row = self._known.get(digest)  # the store is down: a session seen open goes on
+            if row is None:
+                raise
+        if row is None:
+            raise Refused(401, "unknown session token")
+        if named.session_id is not None and named.session_id != row["session_id"]:
+            raise Refused(403, "this token belongs to another session")
+        if row["status"] != rows.OPEN:
+            raise Refused(409, f"session {row['session_id']} is finished ({row['status']})")
+        if row["keyed_by"] is None:
+            with self.store.transaction("note how a session is named") as conn:
+                rows.note_keyed_by(conn, row["session_id"], named.how)
+            row = {**row, "keyed_by": named.how}
+        if len(self._known) > 100_000:
+            self._known.clear()
+        self._known[digest] = row
+        return Resolved(row["session_id"], named.how)
+
+    # --- exchanges -------------------------------------------------------------------------
+
+    def _deliver(self, session_id: str, exchange: Exchange) -> None:
+        """Number the exchange in its session's sequence (shared by all replicas), then hand
+        it to the writer process. While the store is down (or exchanges already wait), it
+        waits in memory, in order, for the store to come back."""
+        try:
+            with self._lock:
+                behind = bool(self._waiting)
+                if behind:
+                    self._wait(session_id, exchange)
+            if not behind:
+                self._number(session_id, exchange)
+        except StoreUnavailable:
+            with self._lock:
+                self._wait(session_id, exchange)
+        except (StoreError, KeyError) as e:
+            self.lost += 1
+            log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
+        finally:
+            with self._lock:
+                left = self._delivering[session_id] - 1
+                if left:
+                    self._delivering[session_id] = left
+                else:
+                    del self._delivering[session_id]
+
+    def _number(self, session_id: str, exchange: Exchange) -> None:
+        with self.store.transaction("number an exchange") as conn:
+            exchange.seq = rows.next_seq(conn, session_id)
+        self.writer.submit_exchange(session_id, exchange)
+
+    def _wait(self, session_id: str, exchange: Exchange) -> None:
+        """Under _lock: keep the exchange for numbering once the store answers."""
+        if len(self._waiting) >= MAX_WAITING:
+            self.lost += 1
+            return
+        self._waiting.append((session_id, exchange))
+        if self._retrying is None or not self._retrying.is_alive():
+            self._retrying = threading.Thread(target=self._retry, daemon=True,
+                                              name="forge-record-renumber")
+            self._retrying.start()
+
+    def _retry(self) -> None:
+        while not self._closing.is_set():
+            with self._lock:
+                if not self._waiting:
+                    return
+                session_id, exchange = self._waiting[0]
+            try:
+                self._number(session_id, exchange)
+            except StoreUnavailable:
+                self._closing.wait(RETRY_EVERY)
+                continue
+            except (StoreError, KeyError) as e:
+                self.lost += 1
+                log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
+            with self._lock:
+                if self._waiting and self._waiting[0][1] is exchange:
+                    self._waiting.popleft()
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    # --- the control API's operations ------------------------------------------------------
+
+    def create(self, harness: str, meta: dict[str, Any], tags: dict[str, str],
+               request_id: str | None) -> tuple[bool, dict[str, Any]]:
+        """(created now, the session's answer). The same `request_id` gives the same
+        session, token included: a retried create does not make a second one."""
+        sid = keys.derive(self._secret, "session", request_id, 16) if request_id \
+            else secrets.token_hex(8)
+        token = keys.session_token(self._secret, sid)
+        session_tags = {k: str(meta[k]) for k in ("task_id", "group_id", "attempt")
+                        if meta.get(k) is not None}
+        session = Session(id=sid, harness=harness, argv=[], host=socket.gethostname(),
+                          tags={**session_tags, **tags}, started_at=time.time())
+        with self.store.transaction(f"create session {sid}") as conn:
+            created = rows.get(conn, sid) is None
+            if created:
+                rows.create(conn, session, token, meta)
+        base_url = f"{self.public_url}/s/{sid}"
+        env, args = session_env(harness, base_url, token)
+        return created, {"id": sid, "token": token, "base_url": base_url, "env": env,
+                         "args": args, "harness": harness, "metadata": meta, "tags": tags}
+
+    def reward(self, sid: str, reward: float | None, tags: dict[str, str] | None,
+               note: str | None) -> dict[str, Any]:
+        self._row(sid)
+        self.store.label_session(sid, reward=reward, tags=tags, note=note)
+        return {"id": sid, "label": self.store.get_label(sid)}
+
+    def finish(self, sid: str, status: str, exit_code: int | None) -> dict[str, Any]:
+        row = self._row(sid)
+        if row["status"] in rows.FINISHED:
+            return {"id": sid, "already_finished": True, **_finished(row)}
+        missing = self._wait_flushed(sid)
+        with self.store.transaction(f"finish session {sid}") as conn:
+            changed, row = rows.finish(conn, sid, status, exit_code)
+            if changed:
+                Writes().apply(conn, [EndSession(sid, row["finished_at"], exit_code)])
+        answer = {"id": sid, "already_finished": not changed, **_finished(row)}
+        if changed and missing:
+            answer["missing_calls"] = missing
+        return answer
+
+    def _wait_flushed(self, sid: str) -> int:
+        """Wait (bounded) until every exchange numbered for the session is stored and none
+        is still on its way here; how many are still missing."""
+        deadline = time.monotonic() + FLUSH_WAIT
+        while True:
+            with self.store.reading("count exchanges") as conn:
+                row = rows.get(conn, sid) or {"calls": 0}
+                missing = row["calls"] - rows.stored_calls(conn, sid)
+            with self._lock:  # still to be numbered: on their way, or waiting for the store
+                on_way = self._delivering.get(sid, 0) + sum(
+                    1 for waiting_sid, _ in self._waiting if waiting_sid == sid)
+            if (missing <= 0 and not on_way) or time.monotonic() > deadline:
+                return max(missing, 0) + on_way
+            time.sleep(_FLUSH_POLL)
+
+    def describe(self, sid: str) -> dict[str, Any]:
+        row = self._row(sid)
+        summary = self.store.session_summary(sid)
+        data = load_session(self.store, sid, fingerprints=False)
+        calls = [{"seq": ex.seq, "dialect": ex.dialect, "kind": ex.kind, "url": ex.url,
+                  "model": (ex.request.model if ex.request else None)
+                  or (ex.response.model if ex.response else None),
+                  "status": ex.status, "http_status": ex.http_status, "flags": ex.flags,
+                  "thread": data.calls[ex.seq].thread if ex.seq in data.calls else None}
+                 for ex in data.exchanges.values()]
+        lineage = [{"id": t.id, "role": t.role, "parent_thread": t.parent_thread,
+                    "calls": len(t.seqs)} for t in data.threads]
+        return {"id": sid, "harness": summary.get("harness"), "status": row["status"],
+                "keyed_by": row["keyed_by"], "metadata": row["meta"],
+                "tags": summary.get("tags"), "label": data.label, **_finished(row),
+                "summary": {k: summary.get(k) for k in (
+                    "calls", "side_calls", "tool_calls", "input_tokens", "output_tokens",
+                    "model")},
+                "calls": calls, "threads": lineage}
+
+    def trajectories(self, after: int, limit: int, group_id: str | None,
+                     wait: float) -> dict[str, Any]:
+        """Finished sessions after `after`, in finish order; waits up to `wait` seconds for
+        one when there is none yet (long poll)."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self.store.reading("list finished sessions") as conn:
+                found = rows.finished_after(conn, after, limit, group_id)
+            if found or time.monotonic() >= deadline or self.draining:
+                break
+            time.sleep(0.2)
+        items = [self._trajectory_item(row) for row in found]
+        cursor = found[-1]["finish_seq"] if found else after
+        return {"items": items, "cursor": cursor}
+
+    def _trajectory_item(self, row: dict[str, Any]) -> dict[str, Any]:
+        sid = row["session_id"]
+        data = load_session(self.store, sid)
+        lines = []
+        if row["status"] == rows.DONE:  # discarded: an infrastructure failure, not data
+            lines = [trajectory(data, t, kept) for t, kept in threads(data, Options(), Tally())]
+        return {"cursor": row["finish_seq"], "session_id": sid, "harness": data.session.harness,
+                "metadata": row["meta"], "tags": data.session.tags, "reward": data.reward,
+                "label": data.label, **_finished(row), "trajectories": lines}
+
+    def _row(self, sid: str) -> dict[str, Any]:
+        with self.store.reading("read session") as conn:
+            row = rows.get(conn, sid)
+        if row is None:
+            raise Refused(404, f"no session {sid!r}")
+        return row
+
+
+def _finished(row: dict[str, Any]) -> dict[str, Any]:
+    return {"status": row["status"], "exit_code": row["exit_code"],
+            "finished_at": row["finished_at"], "finish_seq": row["finish_seq"]}

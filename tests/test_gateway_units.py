@@ -1,0 +1,152 @@
+"""The gateway's pieces without a process: how a call names its session, what is forwarded in
+place of its token, upstream stickiness and health, each harness's environment, the control
+API's answers to bad input, and `serve`'s refusals to start."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+
+import pytest
+from mitmproxy.http import Headers
+
+from forge_record.commands.serve import DEFAULT_LISTEN, parse_listen
+from forge_record.errors import UsageError
+from forge_record.gateway import api, keys
+from forge_record.gateway.env import session_env
+from forge_record.gateway.service import Gateway
+from forge_record.gateway.upstreams import Upstreams
+from forge_record.store import open_store
+
+
+def test_a_call_names_its_session_by_path_then_header_then_token():
+    h = Headers(x_api_key="frs_t", x_forge_session="hdr")
+    by_path = keys.named("/s/abc/v1/messages?beta=true", h)
+    assert (by_path.session_id, by_path.how, by_path.path, by_path.token) == (
+        "abc", "path", "/v1/messages?beta=true", "frs_t")
+    assert keys.named("/v1/messages", h).how == "header"
+    only = keys.named("/v1/messages", Headers(authorization="Bearer frs_b"))
+    assert (only.session_id, only.how, only.token) == (None, "token", "frs_b")
+    assert keys.named("/s/abc", Headers()).path == "/"
+    assert keys.named("/v1/x", Headers(authorization="Basic frs_b")).token is None
+    assert keys.named("/v1beta/m", Headers([(b"X-Goog-Api-Key", b"g")])).token == "g"
+    assert keys.named("/s/../etc", Headers()).how == "path"  # an id, never a filesystem path
+
+
+def test_the_token_is_replaced_by_the_upstream_key_or_dropped():
+    h = Headers([(b"Authorization", b"Bearer frs_x"), (b"X-Forge-Session", b"s"),
+                 (b"Host", b"gw")])
+    keys.replace_credentials(h, "up-key")
+    assert h.fields == ((b"Authorization", b"Bearer up-key"), (b"Host", b"gw"))
+    h = Headers([(b"x-api-key", b"frs_x"), (b"x-goog-api-key", b"frs_x")])
+    keys.replace_credentials(h, None)
+    assert not h.fields
+
+
+def test_sessions_stick_to_one_upstream_and_skip_unhealthy_ones():
+    ups = Upstreams(["http://127.0.0.1:1", "http://127.0.0.1:2/v1", "https://e.example"])
+    assert ups.all[1].path == "/v1" and ups.all[2].port == 443
+    picks = {sid: ups.pick(sid).url for sid in (f"s{i}" for i in range(60))}
+    assert len(set(picks.values())) == 3  # spread
+    assert all(ups.pick(sid).url == url for sid, url in picks.items())  # sticky
+    ups.all[0].healthy = False
+    moved = {sid for sid, url in picks.items() if ups.pick(sid).url != url}
+    assert moved == {sid for sid, url in picks.items() if url == ups.all[0].url}
+    for u in ups.all:
+        u.healthy = False
+    assert ups.pick("s1") is None and not ups.any_healthy()
+    with pytest.raises(ValueError):
+        Upstreams(["ftp://x"])
+
+
+def test_health_checks_mark_a_closed_port_unhealthy():
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+            ups = Upstreams([f"http://127.0.0.1:{listening.getsockname()[1]}",
+                             f"http://127.0.0.1:{closed.getsockname()[1]}"])
+            asyncio.run(ups.check())
+    assert [u.healthy for u in ups.all] == [True, False]
+
+
+@pytest.mark.parametrize("harness, expected", [
+    ("claude-code", {"ANTHROPIC_BASE_URL": "B", "ANTHROPIC_API_KEY": "T"}),
+    ("gemini-cli", {"GOOGLE_GEMINI_BASE_URL": "B", "GEMINI_API_KEY": "T"}),
+    ("codex", {"OPENAI_API_KEY": "T", "CODEX_API_KEY": "T"}),
+    ("qwen-code", {"OPENAI_BASE_URL": "B", "OPENAI_API_KEY": "T"}),
+])
+def test_each_harness_gets_exactly_what_it_needs(harness, expected):
+    env, args = session_env(harness, "B", "T")
+    assert env == expected
+    assert args == (['-c', 'openai_base_url="B/v1"'] if harness == "codex" else [])
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/g.db")
+    gw = Gateway(store, writer=None, upstreams=Upstreams(["http://127.0.0.1:9"]),
+                 admin_token="adm", public_url="http://gw")
+    yield gw
+    gw.close()
+    store.close()
+
+
+def call(gw, method, path, body=b"", token="adm", query=""):
+    return api.handle(gw, method, "/api/v1" + path, query,
+                      Headers(authorization=f"Bearer {token}"), body)
+
+
+def test_the_control_api_refuses_bad_input_with_the_field(gateway):
+    assert call(gateway, "GET", "/trajectories", token="nope")[0] == 401
+    assert call(gateway, "POST", "/sessions", b"[1]")[1]["error"]["field"] == "body"
+    status, body = call(gateway, "POST", "/sessions", b'{"harness": "claude-code", '
+                        b'"metadata": {"task_id": {"deep": 1}}}')
+    assert (status, body["error"]["field"]) == (422, "metadata.task_id")
+    assert call(gateway, "GET", "/sessions")[0] == 405
+    assert call(gateway, "GET", "/nothing")[0] == 404
+    status, made = call(gateway, "POST", "/sessions", b'{"harness": "claude-code"}')
+    assert status == 201 and made["token"].startswith(keys.TOKEN_PREFIX)
+    sid = made["id"]
+    assert call(gateway, "POST", f"/sessions/{sid}/reward", b'{"reward": NaN}')[0] == 400
+    assert call(gateway, "POST", f"/sessions/{sid}/reward",
+                b'{"reward": true}')[1]["error"]["field"] == "reward"
+    assert call(gateway, "POST", f"/sessions/{sid}/reward",
+                b'{"tags": {"a": 1}}')[1]["error"]["field"] == "tags"
+    assert call(gateway, "POST", f"/sessions/{sid}/finish",
+                b'{"status": "done", "exit_code": "0"}')[1]["error"]["field"] == "exit_code"
+    assert call(gateway, "GET", "/trajectories", query="after=-1")[1]["error"]["field"] == "after"
+    assert call(gateway, "GET", "/sessions/unknown")[0] == 404
+    # the token resolves to its session; another session's path is refused
+    assert gateway.resolve(keys.Named(None, "token", "/", made["token"])).session_id == sid
+    with pytest.raises(Exception) as e:
+        gateway.resolve(keys.Named("other", "path", "/", made["token"]))
+    assert e.value.status == 403
+
+
+def test_serve_listens_on_loopback_unless_told():
+    assert parse_listen(DEFAULT_LISTEN)[0] == "127.0.0.1"
+    assert parse_listen("[::1]:80") == ("::1", 80)
+    for bad in ("8080", "host:", "host:99999"):
+        with pytest.raises(UsageError):
+            parse_listen(bad)
+
+
+def test_serve_refuses_to_start_with_one_line(tmp_path):
+    token = tmp_path / "t"
+    token.write_text("adm")
+    cases = [
+        (["--admin-token-file", str(token)], "--upstream"),
+        (["--admin-token-file", str(tmp_path / "none"), "--upstream", "http://x"], "cannot read"),
+        (["--admin-token-file", str(token), "--upstream", "nope://x"], "bad --upstream"),
+        (["--admin-token-file", str(token), "--upstream", "http://127.0.0.1:9",
+          "--store", "postgresql://u@127.0.0.1:1/none"], "cannot open store"),
+    ]
+    for args, says in cases:
+        proc = subprocess.run([sys.executable, "-m", "forge_record", "serve", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0
+        assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr

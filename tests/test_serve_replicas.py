@@ -1,0 +1,138 @@
+"""Three `forge-record serve` replicas on one real Postgres, the client alternating between
+them (round robin): any replica serves any session, its calls numbered in one sequence, and
+they assemble into one ordered trajectory; a replica SIGKILLed mid-rollout costs the
+rollout nothing that had finished."""
+
+from __future__ import annotations
+
+# ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+import threading
+
+import anthropic
+import pytest
+import sqlalchemy as sa
+from serve_gateway import Served
+from test_spool import Relay, relayed, wait_for  # noqa: F401 - fixtures
+from test_store import make_exchange, make_session, new_database, pg_admin  # noqa: F401
+
+from forge_record.client import GatewayClient
+from forge_record.mock import MockUpstream
+from forge_record.store import open_store
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+def client_at(replica: Served, session: dict) -> anthropic.Anthropic:
+    """The session's client, sent to this replica (same session path, same token)."""
+    return anthropic.Anthropic(api_key=session["token"],
+                               base_url=f"{replica.url}/s/{session['id']}", max_retries=0)
+
+
+def turn(client: anthropic.Anthropic, history: list[dict]) -> None:
+    """One more turn of the conversation, sent whole (as a harness does), answer kept."""
+    history.append({"role": "user", "content": f"turn {len(history) // 2}"})
+    reply = client.messages.create(model="claude-test", max_tokens=64, messages=history)
+    history.append({"role": "assistant", "content": reply.content[0].text})
+
+
+def test_replicas_share_one_session(tmp_path, new_database):
+    url = new_database()
+    with MockUpstream() as mock:
+        replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
+        try:
+            s = replicas[0].client.create_session("claude-code", metadata={"group_id": "g"})
+            history: list[dict] = []
+            for n in range(9):  # call n goes to replica n % 3
+                turn(client_at(replicas[n % 3], s), history)
+            # the finish reaches another replica than the create did
+            assert replicas[2].client.finish(s["id"], "done", 0)["finish_seq"] == 1
+            view = replicas[1].client.session(s["id"])
+            assert [c["seq"] for c in view["calls"]] == list(range(1, 10))
+            assert all(c["status"] == "complete" for c in view["calls"])
+            (item,) = replicas[0].client.trajectories()["items"]
+            (line,) = item["trajectories"]
+            assert [st["seq"] for st in line["steps"]] == list(range(1, 10))
+            assert replicas[1].client.trajectories(after=1)["items"] == []
+            engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+            with engine.connect() as conn:
+                places = conn.execute(sa.text(
+                    "select segment, piece from exchanges order by seq")).all()
+            engine.dispose()
+            print("segments", places)
+            assert len(set(places)) == len(places)  # each replica writes its own segments
+        finally:
+            for r in replicas:
+                assert r.stop() == 0, "".join(r.log)
+
+
+def test_a_killed_replica_loses_nothing_finished(tmp_path, new_database):
+    url = new_database()
+    with MockUpstream() as mock:
+        replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
+        try:
+            s = replicas[0].client.create_session("claude-code")
+            history: list[dict] = []
+            for n in range(3):
+                turn(client_at(replicas[n], s), history)
+            replicas[1].proc.kill()  # SIGKILL: its writer process still writes what it has
+            replicas[1].proc.wait()
+            for n in range(3, 6):
+                turn(client_at(replicas[0 if n % 2 else 2], s), history)
+            gw = GatewayClient(replicas[2].url, replicas[2].client._token)
+            gw.finish(s["id"], "done", 0)
+            assert [c["seq"] for c in gw.session(s["id"])["calls"]] == list(range(1, 7))
+        finally:
+            for r in replicas:
+                r.stop()
+
+
+def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, relayed):
+    url, relay = relayed
+    with MockUpstream() as mock, Served(tmp_path / "gw", url, [mock.url]) as gw:
+        s = gw.client.create_session("claude-code")
+        history: list[dict] = []
+        turn(client_at(gw, s), history)
+        relay.stop()  # Postgres unreachable: the session goes on, its calls wait for numbers
+        for _ in range(3):
+            turn(client_at(gw, s), history)
+        unknown = GatewayClient(gw.url, gw.client._token, retries=0)
+        with pytest.raises(Exception):  # noqa: B017 - the control API needs the store
+            unknown.create_session("claude-code")
+        relay.start()
+        gw.client.finish(s["id"], "done", 0)
+        calls = gw.client.session(s["id"])["calls"]
+        # All four, in order. A number may be skipped: an UPDATE that committed as the
+        # store went away looks failed to the gateway, which numbers that exchange again.
+        seqs = [c["seq"] for c in calls]
+        assert len(seqs) == 4 and seqs == sorted(set(seqs)), seqs
+        assert all(c["status"] == "complete" for c in calls)
+
+
+def test_two_writers_of_one_session_never_share_a_segment(new_database):
+    """Two stores (two replicas' writers) write the first exchanges of the same sessions at
+    the same moment: each must open a segment of its own, or the session reads back broken."""
+    url = new_database()
+    stores = [open_store(url), open_store(url)]
+    sessions = [f"race-{n}" for n in range(12)]
+    for sid in sessions:
+        stores[0].add_session(make_session(id=sid))
+    start = threading.Barrier(2)
+
+    def write(k: int) -> None:
+        start.wait()
+        for sid in sessions:
+            stores[k].add_exchange(sid, make_exchange(seq=k + 1))
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        for sid in sessions:
+            assert [ex.seq for ex in stores[0].iter_exchanges(sid, raw=True)] == [1, 2]
+            places = [(ex.seq,) for ex in stores[1].iter_exchanges(sid)]
+            assert len(places) == 2
+    finally:
+        for st in stores:
+            st.close()
