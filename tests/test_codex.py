@@ -107,7 +107,7 @@ def assert_no_key_stored(env) -> None:
 
 @pytest.mark.slow
 @pytest.mark.cli
-def test_custom_provider_over_http_sse(codex_env):  # noqa: F811
+def test_custom_provider_over_http_sse(codex_env):
     (Path(codex_env["CODEX_HOME"]) / "config.toml").write_text(CUSTOM_PROVIDER)
     with MockUpstream() as mock:
         run_codex(codex_env, mock)  # auto mode: forward
@@ -123,7 +123,7 @@ def test_custom_provider_over_http_sse(codex_env):  # noqa: F811
 @pytest.mark.slow
 @pytest.mark.cli
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
-def test_builtin_provider_over_websocket(codex_env, mode):  # noqa: F811
+def test_builtin_provider_over_websocket(codex_env, mode):
     config = Path(codex_env["CODEX_HOME"]) / "config.toml"
     config.write_text("# the user's own config\n")
     with MockUpstream() as mock:
@@ -163,7 +163,7 @@ wire_api = "responses"
 @pytest.mark.slow
 @pytest.mark.cli
 @pytest.mark.parametrize("how", ["config.toml", "-c"])
-def test_custom_provider_in_reverse_mode_goes_through_the_proxy(codex_env, how):  # noqa: F811
+def test_custom_provider_in_reverse_mode_goes_through_the_proxy(codex_env, how):
     """A custom model_provider (its own base_url, with a path) is routed with a -c override
     of its base_url; offline, gw.example answers only through --upstream."""
     config = Path(codex_env["CODEX_HOME"]) / "config.toml"

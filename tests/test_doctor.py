@@ -67,7 +67,7 @@ def test_reverse_mode_shows_codexs_override(tmp_path):
     proc = doctor(tmp_path, "--no-self-test", "--harness", "codex", "--mode", "reverse", "--",
                   "codex", "exec", "hi", CODEX_HOME=str(codex_home))
     assert "mode: reverse" in proc.stdout, proc.stderr
-    assert ("  codex -c 'model_providers.gw.base_url=\"http://127.0.0.1:<port>/oa/v1\"' exec hi"
+    assert ("  codex -c 'model_providers.gw.base_url=\"http://127.0.0.1:<port>/<token>/oa/v1\"' exec hi"
             in proc.stdout)
 
 

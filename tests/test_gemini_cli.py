@@ -10,53 +10,20 @@ real host kept) and reverse mode (GOOGLE_GEMINI_BASE_URL).
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import orjson
 import pytest
-from conftest import require
 from export_checks import check_recorded_cli_session
+from gemini_cli import DUMMY_KEY, SETTINGS, find_gemini, gemini_env  # noqa: F401 - fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 
 pytestmark = [pytest.mark.slow, pytest.mark.cli]
 
-ROOT = Path(__file__).resolve().parent.parent
-DUMMY_KEY = "AIzaSy-dummy-gemini-e2e-key-never-real-00"
 FORGE = str(Path(sys.executable).with_name("forge-record"))
-SETTINGS = {
-    "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
-    "privacy": {"usageStatisticsEnabled": False},
-    "telemetry": {"enabled": False},
-    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
-}
-
-
-def find_gemini() -> str | None:
-    local = ROOT / ".cache/npm/node_modules/.bin/gemini"
-    return str(local) if local.exists() else shutil.which("gemini")
-
-
-@pytest.fixture
-def gemini_env(tmp_path):
-    gemini = find_gemini()
-    require(gemini is not None, "Gemini CLI is not installed (scripts/test installs it with npm)")
-    home = tmp_path / "home"
-    (home / ".gemini").mkdir(parents=True)
-    (home / ".gemini" / "settings.json").write_bytes(orjson.dumps(SETTINGS))
-    (tmp_path / "work").mkdir()
-    return {
-        "PATH": f"{Path(gemini).parent}{os.pathsep}{os.environ['PATH']}",
-        "HOME": str(home),
-        "TMPDIR": str(tmp_path),
-        "FORGE_RECORD_HOME": str(tmp_path / "forge"),
-        "GEMINI_API_KEY": DUMMY_KEY,
-        "GEMINI_CLI_NO_RELAUNCH": "true",
-    }
 
 
 def forge(env, *args, timeout=180) -> subprocess.CompletedProcess:

@@ -59,13 +59,7 @@ ONLY_IN = {
     # zstd as storage compression is the store's; as an HTTP content-encoding, the tee's.
     "zstandard": ("forge_record.store", "forge_record.content_encoding"),
 }
-ALLOWED = {
-    # The datapath helper moves the logging set-up out of commands/ (issue 20, item 4).
-    ("forge_record.writer_process", "forge_record.commands.common"),
-}
-# The sink that joins the addon to the writer is still a closure in commands/run.py; that
-# breaks no rule above (commands may use every stage) and moves with the writer process in the
-# datapath helper's change, after which nothing here needs to change.
+ALLOWED: set[tuple[str, str]] = set()  # imports against the rules, each with who removes it
 
 
 def modules() -> dict[str, Path]:

@@ -194,8 +194,10 @@ def test_the_error_hook_before_any_response(forward):
     f.error = tflow.terr("server disconnected")
     forward(HttpErrorHook(f))
     [ex] = forward.sunk
-    assert ex.http_status is None and ex.flags == ["aborted:server disconnected"]
-    assert finalize(ex).status == INCOMPLETE
+    # the upstream side failed before any response: an error, not a cut-off answer
+    assert ex.http_status is None
+    assert ex.flags == ["aborted:server disconnected", "upstream_failed"]
+    assert finalize(ex).status == ERROR
 
 
 def test_the_error_hook_mid_stream_keeps_what_came(forward):
@@ -210,7 +212,8 @@ def test_the_error_hook_mid_stream_keeps_what_came(forward):
     forward(HttpErrorHook(f))
     forward(HttpResponseHook(f))  # a late response hook does not record it twice
     [ex] = forward.sunk
-    assert ex.raw_response == sse and ex.flags == ["aborted:connection reset"]
+    assert ex.raw_response == sse
+    assert ex.flags == ["aborted:connection reset", "upstream_failed"]
     stored = finalize(ex)
     assert stored.status == INCOMPLETE and stored.response.content[0].text == "hel"
 

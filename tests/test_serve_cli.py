@@ -14,9 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 from claude_code_cli import claude_env
+from codex_cli import codex_env
+from gemini_cli import gemini_env
 from serve_gateway import ADMIN, Served
-from test_codex import codex_env
-from test_gemini_cli import gemini_env
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 

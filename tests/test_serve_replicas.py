@@ -11,9 +11,9 @@ import threading
 import anthropic
 import pytest
 import sqlalchemy as sa
+from pg_relay import Relay, relayed, wait_for  # noqa: F401 - fixtures
 from serve_gateway import Served
-from test_spool import Relay, relayed, wait_for  # noqa: F401 - fixtures
-from test_store import make_exchange, make_session, new_database, pg_admin  # noqa: F401
+from support import make_exchange, make_session
 
 from forge_record.client import GatewayClient
 from forge_record.mock import MockUpstream

@@ -120,7 +120,7 @@ def doctor(harness, mode, no_self_test, command) -> None:
     for name in sorted(env):
         click.echo(f"  {name}={env[name]}")
     if route.mode == "reverse" and argv:
-        changed = shim.reverse_argv(argv, PLACEHOLDER, environ)  # Codex: a -c override
+        changed = shim.reverse_argv(argv, PLACEHOLDER["reverse"], environ)  # Codex: -c
         if changed != argv:
             click.echo("command line it runs:\n  " + shlex.join(changed))
     _trust(route.mode, env, ca, environ, report)

@@ -82,7 +82,7 @@ def run(store, mode, harness, upstream, engine, top_logprobs, tag, settings, no_
     launch.resolve(argv, os.environ)  # a missing command fails before anything starts
     shim = pick_shim(harness, argv)
     if gateway:
-        from forge_record.gateway import rollout
+        from forge_record.commands import rollout
 
         token = rollout.admin_token(gateway_token_file, dict(os.environ))
         sys.exit(rollout.run_in_session(gateway, token, shim.name, argv, tag, meta))

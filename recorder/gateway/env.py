@@ -35,9 +35,13 @@ def session_env(harness: str, base_url: str, token: str) -> tuple[dict[str, str]
     if shim is None:
         raise KeyError(harness)
     with_key = {var: token for var in keys}
+    # The shims hand a CLI the proxy under the path of the API it would call (run's reverse
+    # mode); here the gateway's own upstream URLs carry the path, so the harness is shown a
+    # base URL without one and the session's base goes in as it is.
+    environ = {**with_key, **({shim.base_url_var: "http://gateway"} if shim.base_url_var else {})}
     if harness == "generic":
         env = {var: base_url + path for var, path in GENERIC_BASES.items()}
     else:
-        env = shim.reverse_env(base_url, with_key)
+        env = shim.reverse_env(base_url, environ)
     args = shim.reverse_argv(["_"], base_url, with_key)[1:]
     return {**env, **with_key}, args
