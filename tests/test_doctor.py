@@ -67,8 +67,8 @@ def test_reverse_mode_shows_codexs_override(tmp_path):
     proc = doctor(tmp_path, "--no-self-test", "--harness", "codex", "--mode", "reverse", "--",
                   "codex", "exec", "hi", CODEX_HOME=str(codex_home))
     assert "mode: reverse" in proc.stdout, proc.stderr
-    assert ("  codex -c 'model_providers.gw.base_url=\"http://127.0.0.1:<port>/<token>/oa/v1\"' exec hi"
-            in proc.stdout)
+    base = "http://127.0.0.1:<port>/<token>/oa/v1"
+    assert f"  codex -c 'model_providers.gw.base_url=\"{base}\"' exec hi" in proc.stdout
 
 
 def test_missing_command_is_a_problem(tmp_path):
