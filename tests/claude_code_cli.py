@@ -60,7 +60,7 @@ def interactive_claude(env: dict, work: Path, upstream: str, prompt: str,
                        answered: Callable[[Screen], None]) -> tuple[int, Screen]:
     """`forge-record run -- claude` in a pseudo-terminal, started in `work`, with
     api.anthropic.com sent to `upstream`: `prompt` is typed at the "❯" prompt, `answered(screen)`
-    waits for the turn to end, then Ctrl-C twice quits Claude Code. Returns forge-record's exit
+    waits for the turn to end, then Ctrl-C quits Claude Code (_quit). Returns forge-record's exit
     code and the screen."""
     _skip_first_run_dialogs(Path(env["HOME"]), work)
     argv = [FORGE, "run", "--upstream", f"api.anthropic.com={upstream}", "--", "claude"]
@@ -76,13 +76,30 @@ def interactive_claude(env: dict, work: Path, upstream: str, prompt: str,
         time.sleep(0.5)
         os.write(fd, b"\r")
         answered(screen)
-        os.write(fd, b"\x03")
-        time.sleep(0.5)
-        os.write(fd, b"\x03")
-        status = screen.wait_exit(pid)
+        status = _quit(screen, pid, fd)
     finally:
         screen.close()
     return os.waitstatus_to_exitcode(status), screen
+
+
+def _quit(screen: Screen, pid: int, fd: int, attempts: int = 3) -> int:
+    """Ctrl-C twice, half a second apart, quits Claude Code at its prompt. On a busy machine
+    the turn may still be running when the answer shows: then the first Ctrl-C only
+    interrupts it, and the pair is sent again."""
+    for _ in range(attempts - 1):
+        os.write(fd, b"\x03")
+        time.sleep(0.5)
+        os.write(fd, b"\x03")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            screen.read(0.1)
+    os.write(fd, b"\x03")
+    time.sleep(0.5)
+    os.write(fd, b"\x03")
+    return screen.wait_exit(pid)
 
 
 def _skip_first_run_dialogs(home: Path, work: Path) -> None:
