@@ -24,7 +24,7 @@ from mitmproxy import http
 
 from forge_record.bridge import TRANSLATORS
 from forge_record.bridge.base import body
-from forge_record.bridge.call import CHAT_PATH, BridgedCall, HttpBridge
+from forge_record.bridge.call import CHAT_PATH, TOKENIZE_PATH, BridgedCall, HttpBridge
 from forge_record.bridge.pairs import BRIDGED, ENGINE_KIND, link_flag
 from forge_record.capture import Capture
 from forge_record.decoders import Dialect, dialect_named
@@ -42,9 +42,15 @@ _KEY_HEADERS = ("x-api-key", "x-goog-api-key")  # become `Authorization: Bearer`
 
 
 def bridges(dialect: Dialect, path: str) -> bool:
-    """Whether a call in `dialect` to `path` is translated for an engine: a model turn (not a
-    side route such as count_tokens) of a dialect with a translator."""
-    return dialect.name in TRANSLATORS and dialect.kind(path) == "model"
+    """Whether a call in `dialect` to `path` is translated for an engine: a model turn of a
+    dialect with a translator, or its token count when the translator can say one."""
+    translator = TRANSLATORS.get(dialect.name)
+    return translator is not None and (dialect.kind(path) == "model" or _counts(path, translator))
+
+
+def _counts(path: str, translator: type) -> bool:
+    route = path.partition("?")[0].rstrip("/")
+    return route.endswith(("/count_tokens", ":countTokens")) and hasattr(translator, "count")
 
 
 def bridge_call(flow: http.HTTPFlow, capture: Capture, body: bytes, path: str, base_path: str, *,
@@ -52,8 +58,9 @@ def bridge_call(flow: http.HTTPFlow, capture: Capture, body: bytes, path: str, b
     """The bridged call for `flow`, its request rewritten for the engine; None when it was
     refused (the agent's 400 is already on the flow)."""
     dialect = capture.dialect.name
+    counting = capture.exchange.kind != "model"
     call = BridgedCall.open(TRANSLATORS[dialect], body, path=path, model=model,
-                            top_logprobs=top_logprobs)
+                            top_logprobs=top_logprobs, counting=counting)
     link = secrets.token_hex(6)
     flag(capture.exchange, BRIDGED)
     flag(capture.exchange, link_flag(link))
@@ -61,10 +68,12 @@ def bridge_call(flow: http.HTTPFlow, capture: Capture, body: bytes, path: str, b
         refuse(flow, capture, 400, call.refused)
         return None
     req = flow.request
-    req.path = _engine_path(base_path)
+    req.path = _engine_path(base_path, TOKENIZE_PATH if counting else CHAT_PATH)
     _engine_headers(req.headers, call.streamed)
     req.content = call.request_body  # Content-Length follows
     capture.exchange.upstream_url = req.url
+    if counting:  # the agent's record alone: /tokenize is no dialect's call
+        return Bridged(call, HttpBridge(call, path), capture, None)
     engine = Capture(dialect_named("openai.chat"), seq=seq, method="POST", url=req.url,
                      upstream_url=req.url, path=req.path,
                      headers=list(req.headers.items(multi=True)), body=call.request_body,
@@ -87,7 +96,7 @@ def refuse(flow: http.HTTPFlow, capture: Capture, status: int, why: str) -> None
 
 class Bridged:
     def __init__(self, call: BridgedCall, bridge: HttpBridge, agent: Capture,
-                 engine: Capture) -> None:
+                 engine: Capture | None) -> None:
         self.call = call
         self.bridge = bridge
         self.agent = agent
@@ -98,8 +107,10 @@ class Bridged:
         """The engine's headers are in: record them, give the agent its own, and stream."""
         content_type = resp.headers.get("content-type", "")
         encoding = resp.headers.get("content-encoding", "")
-        self.engine.response_started(resp.status_code, list(resp.headers.items(multi=True)),
-                                     content_type, encoding)
+        if self.engine is not None:
+            self.engine.response_started(resp.status_code,
+                                         list(resp.headers.items(multi=True)),
+                                         content_type, encoding)
         agent_type = self.bridge.start(resp.status_code, encoding, content_type)
         resp.headers["content-type"] = agent_type
         for name in ("content-length", "content-encoding"):
@@ -114,7 +125,8 @@ class Bridged:
     def stream(self, chunk: bytes) -> list[bytes]:
         """mitmproxy's stream callable: the engine's chunk kept, the agent's bytes out. A
         list, never b"": an empty chunk would end an HTTP/1.1 chunked body early."""
-        self.engine.tee(chunk)
+        if self.engine is not None:
+            self.engine.tee(chunk)
         if self._broken:
             return []
         try:
@@ -128,16 +140,19 @@ class Bridged:
             self.agent.tee(out)
         return [out] if out else []
 
-    def finish_engine(self, error: str | None, upstream: bool) -> Exchange:
+    def finish_engine(self, error: str | None, upstream: bool) -> Exchange | None:
+        """The engine's record, finished (None for a token count, which has none)."""
         if self.call.faults:
             flag(self.agent.exchange, BRIDGE_ERROR)
+        if self.engine is None:
+            return None
         return self.engine.finish(error, upstream_failed=upstream)
 
 
-def _engine_path(base_path: str) -> str:
-    """The engine's Chat Completions path, under its upstream's path (an OpenAI-style base
-    URL ending in /v1 counts once)."""
-    return base_path.rstrip("/").removesuffix("/v1") + CHAT_PATH
+def _engine_path(base_path: str, route: str) -> str:
+    """The engine's route, under its upstream's path (an OpenAI-style base URL ending in /v1
+    counts once)."""
+    return base_path.rstrip("/").removesuffix("/v1") + route
 
 
 def _engine_headers(headers: http.Headers, streamed: bool) -> None:

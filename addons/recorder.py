@@ -151,8 +151,9 @@ class Recorder:
 
     def _finish(self, flow: http.HTTPFlow, error: str | None, upstream: bool = False) -> None:
         call: bridged.Bridged | None = flow.metadata.pop(bridged.META, None)
-        if call is not None:  # the engine's exchange first: the agent's takes its tokens
-            self._queue(flow, call.finish_engine(error, upstream))
+        engine = call.finish_engine(error, upstream) if call is not None else None
+        if engine is not None:  # the engine's exchange first: the agent's takes its tokens
+            self._queue(flow, engine)
         capture: Capture | None = flow.metadata.get(_META)
         if capture is None or capture.finished:
             return

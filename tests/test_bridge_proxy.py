@@ -14,6 +14,7 @@ from support import Arrivals
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.bridge.pairs import Pairs, link_of
+from forge_record.commands.run import served_model
 from forge_record.exporters import export
 from forge_record.finalize import finalize
 from forge_record.lineage import analyze
@@ -153,3 +154,22 @@ def test_a_whole_answer_is_bridged_too(bridged):
     assert message.content[-1].input == {"command": "ls"}
     agent = [r for r in prepared(exchanges.wait(2)) if r.kind == "model"][0]
     assert agent.status == COMPLETE and agent.response.tokens.ids
+
+
+def test_count_tokens_is_the_engine_s_count_of_the_rendered_prompt(bridged, engine):
+    client, exchanges, _ = bridged
+    counted = client.messages.count_tokens(model="claude-sonnet-4-5", messages=ASK,
+                                           tools=[BASH])
+    [sent] = engine.requests
+    assert sent.path == "/tokenize"
+    asked = orjson.loads(sent.body)
+    assert counted.input_tokens == len(mock_engine.tokenize(
+        mock_engine.render(asked["messages"], asked["tools"])))
+    [record] = prepared(exchanges.wait(1))
+    assert record.kind == "side" and record.status == COMPLETE, record.flags
+    assert "bridged" in record.flags and "tokens:missing" not in record.flags
+
+
+def test_run_asks_the_engine_which_model_it_serves(engine):
+    assert served_model(["http://127.0.0.1:9/v1", engine.url]) == "mock-engine"
+    assert served_model(["http://127.0.0.1:9"]) is None

@@ -24,6 +24,10 @@ content deltas a `text` block, each tool call a `tool_use` block whose arguments
 after its usage chunk. finish_reason stop -> end_turn (stop_sequence when vLLM's
 `stop_reason` names one of ours), length -> max_tokens, tool_calls -> tool_use (and any
 finish after a tool call), content_filter -> refusal.
+
+count_tokens (`/v1/messages/count_tokens`) is answered `{"input_tokens": N}`, N the engine's
+`/tokenize` count of the same messages and tools rendered with the generation prompt: the
+prompt the call would have (bridge.call).
 """
 
 from __future__ import annotations
@@ -211,6 +215,10 @@ class AnthropicTranslator:
                 "model": self.agent_model or answer.get("model"), "content": content,
                 "stop_reason": self._stop_reason(), "stop_sequence": self._stop_sequence(),
                 "usage": usage}
+
+    def count(self, tokens: int) -> dict:
+        """count_tokens' answer: the engine's count of the rendered prompt."""
+        return {"input_tokens": tokens}
 
     def error(self, status: int, message: str) -> dict:
         kind = _ERROR_TYPES.get(status, "api_error")

@@ -62,6 +62,10 @@ class Translator(Protocol):
         """The dialect's own error body for an HTTP status and a message."""
         ...
 
+    # Optional: a dialect with a token-count route (Anthropic's count_tokens) defines
+    #     def count(self, tokens: int) -> dict: ...  # the engine's count -> the agent's body
+    # and its count requests are answered from the engine's /tokenize (bridge.call).
+
 
 # --- the engine's side: Chat Completions SSE in, parsed chunks out ------------------------
 

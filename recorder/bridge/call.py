@@ -37,17 +37,19 @@ from forge_record.engine import ask_for_tokens
 log = logging.getLogger("forge_record")
 
 CHAT_PATH = "/v1/chat/completions"
+TOKENIZE_PATH = "/tokenize"  # vLLM's and SGLang's: the prompt's ids for chat messages
 
 
 class BridgedCall:
     """The state of one bridged call. `request_body` is what to send the engine."""
 
     def __init__(self, translator: Translator, request_body: bytes,
-                 refused: str | None = None) -> None:
+                 refused: str | None = None, counting: bool = False) -> None:
         self.translator = translator
         self.request_body = request_body
         self.refused = refused  # why the request cannot be bridged, if it cannot
-        self.streamed = translator.streamed
+        self.counting = counting  # a token count, asked of the engine's /tokenize
+        self.streamed = translator.streamed and not counting
         self.status = 200
         self.faults = 0  # chunks the translator could not translate
         self._stream: ChatStream | None = None
@@ -57,10 +59,13 @@ class BridgedCall:
 
     @classmethod
     def open(cls, translator_cls: type[Translator], agent_body: bytes,
-             *, path: str, model: str | None, top_logprobs: int = 0) -> BridgedCall:
+             *, path: str, model: str | None, top_logprobs: int = 0,
+             counting: bool = False) -> BridgedCall:
         """The call for the agent's request. One that cannot be bridged (a body that is not
-        a JSON object, a field the translator refuses) has `refused` set to why, and
-        `refusal()` is the 400 to answer the agent with; the engine is not called."""
+        a JSON object, a field the translator refuses) has `refused` set to why: the agent
+        gets its dialect's 400, and the engine is not called. `counting`: the agent asks
+        for a token count (Anthropic's count_tokens): the engine's `/tokenize` is asked for
+        the same messages and tools, rendered as for the call."""
         try:
             request = orjson.loads(agent_body)
         except orjson.JSONDecodeError:
@@ -75,6 +80,12 @@ class BridgedCall:
             chat = translator.chat_request()
         except Untranslatable as e:
             return cls(translator, b"", refused=str(e))
+        if counting:
+            ask = {"model": chat.get("model"), "messages": chat["messages"],
+                   "add_generation_prompt": True}
+            if chat.get("tools"):
+                ask["tools"] = chat["tools"]
+            return cls(translator, orjson.dumps(ask), counting=True)
         if translator.streamed:
             chat["stream"] = True
             chat["stream_options"] = {**(chat.get("stream_options") or {}),
@@ -125,6 +136,8 @@ class BridgedCall:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return self.translator.error(502, f"the engine's answer is not JSON: {raw[:200]!r}")
+        if self.counting and isinstance(data, dict) and isinstance(data.get("count"), int):
+            return self.translator.count(data["count"])  # type: ignore[attr-defined]
         if not isinstance(data, dict) or "choices" not in data:
             return self.translator.error(502, error_message(raw))
         return self.translator.whole(data)

@@ -48,6 +48,8 @@ class Pairs:
             while len(self._tokens) > _KEEP:
                 self._tokens.popitem(last=False)
             return exchange
+        if exchange.kind != "model":  # a token count: no engine record, no tokens
+            return exchange
         tokens = self._tokens.pop(link, None)
         if exchange.response is not None and tokens is not None:
             exchange.response.tokens = tokens
