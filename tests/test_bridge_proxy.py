@@ -141,6 +141,8 @@ def test_an_untranslatable_call_gets_a_400_and_is_counted(bridged, engine):
     failures(record)
     assert failures.summary() == "1 call failed: untranslatable for the engine"
     assert record.status == ERROR and record.http_status == 400
+    assert record.response.error["type"] == "invalid_request_error"  # the 400 is recorded
+    assert "decode_error" not in record.flags
     assert not engine.requests  # the engine was never asked
 
 
