@@ -70,7 +70,7 @@ def records(exchanges: Arrivals) -> tuple:
 def test_the_sdk_reads_vllm_through_the_bridge(bridged, vllm_url, stream, tools):  # noqa: F811
     client, exchanges = bridged
     call = {"model": "claude-sonnet-4-5", "max_tokens": 24, "system": SYSTEM, "messages": ASK}
-    if tools:  # "any" is vLLM's "required": guided decoding makes a well-formed call
+    if tools:  # "any" is vLLM's "required": a call of the tool, guided by its schema
         call |= {"tools": [BASH], "tool_choice": {"type": "any"}}
     if stream:
         with client.messages.stream(**call) as events:
@@ -85,13 +85,15 @@ def test_the_sdk_reads_vllm_through_the_bridge(bridged, vllm_url, stream, tools)
     assert len(tokens.ids) == len(tokens.logprobs) == len(tokens.top_logprobs) > 0
     assert message.usage.input_tokens == len(tokens.prompt_ids)
     assert message.usage.output_tokens == len(tokens.ids)
-    if tools:
-        [use] = [b for b in message.content if b.type == "tool_use"]
-        assert use.name == "run_shell" and isinstance(use.input, dict)
-        assert message.stop_reason == "tool_use"
-    else:
-        assert message.stop_reason in ("end_turn", "max_tokens")
-    # what the agent was sent is what the record says it got
+    # The random model's text (and, cut at max_tokens, its tool-call JSON) is noise: what
+    # must hold is that the agent got the engine's answer, translated.
+    said = engine.response
+    texts = "".join(b.text for b in message.content if b.type == "text")
+    assert texts == "".join(b.text for b in said.content if b.type == "text")
+    calls = [(b.id, b.name) for b in message.content if b.type == "tool_use"]
+    assert calls == [(b.id, b.name) for b in said.content if b.type == "tool_call"]
+    finish = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+    assert message.stop_reason == ("tool_use" if calls else finish[said.stop_reason])
     assert agent.response.stop_reason == message.stop_reason
 
 
