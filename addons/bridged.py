@@ -54,13 +54,14 @@ def _counts(path: str, translator: type) -> bool:
 
 
 def bridge_call(flow: http.HTTPFlow, capture: Capture, body: bytes, path: str, base_path: str, *,
-         model: str | None, top_logprobs: int, seq: int) -> Bridged | None:
+         model: str | None, top_logprobs: int, seq: int,
+         params: dict | None = None) -> Bridged | None:
     """The bridged call for `flow`, its request rewritten for the engine; None when it was
     refused (the agent's 400 is already on the flow)."""
     dialect = capture.dialect.name
     counting = capture.exchange.kind != "model"
     call = BridgedCall.open(TRANSLATORS[dialect], body, path=path, model=model,
-                            top_logprobs=top_logprobs, counting=counting)
+                            top_logprobs=top_logprobs, counting=counting, params=params)
     link = secrets.token_hex(6)
     flag(capture.exchange, BRIDGED)
     flag(capture.exchange, link_flag(link))

@@ -57,13 +57,15 @@ class Recorder:
         engine: str | None = None,
         top_logprobs: int = 0,
         engine_model: str | None = None,
+        engine_params: dict | None = None,
     ) -> None:
         """`model_hosts`: hosts whose traffic is intercepted and may be recorded.
         `upstreams`: host -> base URL to send that host's requests to instead.
         `record_any_host`: record every host (reverse mode, where only model traffic comes).
         `engine`: the model server is this engine ("vllm", "sglang"): ask it for token ids,
         and for `top_logprobs` alternatives per token; bridged calls name `engine_model` as
-        their model (None: the agent's)."""
+        their model (None: the agent's) and set `engine_params` (sampling settings pinned
+        by the trainer) over what the agent asked."""
         self.sink = sink
         self.upstreams = {h.lower(): u.rstrip("/") for h, u in (upstreams or {}).items()}
         self.model_hosts = {h.lower() for h in model_hosts} | set(self.upstreams)
@@ -72,6 +74,7 @@ class Recorder:
         self.engine = engine
         self.top_logprobs = top_logprobs
         self.engine_model = engine_model
+        self.engine_params = dict(engine_params or {})
         self._seq = itertools.count(1)
         self.recorded = 0
         self.untranslatable = 0  # bridged calls refused with a 400: the engine cannot say them
@@ -188,7 +191,7 @@ class Recorder:
         try:
             call = bridged.bridge_call(flow, capture, body, path, self._base_path(host),
                                 model=self.engine_model, top_logprobs=self.top_logprobs,
-                                seq=next(self._seq))
+                                seq=next(self._seq), params=self.engine_params)
         except Exception:  # noqa: BLE001 - a bridge fault answers the agent, never hangs it
             log.exception("forge-record: cannot bridge %s", url)
             call = None

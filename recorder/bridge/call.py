@@ -61,12 +61,13 @@ class BridgedCall:
     @classmethod
     def open(cls, translator_cls: type[Translator], agent_body: bytes,
              *, path: str, model: str | None, top_logprobs: int = 0,
-             counting: bool = False) -> BridgedCall:
+             counting: bool = False, params: dict[str, Any] | None = None) -> BridgedCall:
         """The call for the agent's request. One that cannot be bridged (a body that is not
         a JSON object, a field the translator refuses) has `refused` set to why: the agent
         gets its dialect's 400, and the engine is not called. `counting`: the agent asks
         for a token count (Anthropic's count_tokens): the engine's `/tokenize` is asked for
-        the same messages and tools, rendered as for the call."""
+        the same messages and tools, rendered as for the call. `params` (the trainer's
+        sampling settings, `run --engine-param`) override the translated request's."""
         try:
             request = orjson.loads(agent_body)
         except orjson.JSONDecodeError:
@@ -87,6 +88,7 @@ class BridgedCall:
             if chat.get("tools"):
                 ask["tools"] = chat["tools"]
             return cls(translator, orjson.dumps(ask), counting=True)
+        chat.update(params or {})
         if translator.streamed:
             chat["stream"] = True
             chat["stream_options"] = {**(chat.get("stream_options") or {}),

@@ -58,6 +58,10 @@ from forge_record.redact.argv import mask_argv
 @click.option("--engine-model", metavar="NAME",
               help="With --engine: the model name bridged calls (Anthropic Messages, ...) ask "
               "the engine for [default: the first the engine's /v1/models lists].")
+@click.option("--engine-param", "engine_params", multiple=True, callback=key_value,
+              metavar="KEY=VALUE",
+              help="With --engine: set this in every bridged call to the engine, over what the "
+              "agent asked (VALUE is JSON, else a string), e.g. temperature=0. Repeatable.")
 @click.option("--tag", multiple=True, callback=key_value, metavar="K=V", help="Tag the session.")
 @click.option(
     "--set", "settings", multiple=True, callback=key_value, metavar="OPTION=VALUE",
@@ -77,8 +81,8 @@ from forge_record.redact.argv import mask_argv
               help="With --gateway: session metadata (task_id, group_id, attempt, ...).")
 @click.option("-v", "--verbose", count=True, help="Log what the recorder does (-vv: more).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(store, mode, harness, upstream, engine, top_logprobs, engine_model, tag, settings,
-        no_redact_bodies, gateway, gateway_token_file, meta, verbose, command) -> None:
+def run(store, mode, harness, upstream, engine, top_logprobs, engine_model, engine_params, tag,
+        settings, no_redact_bodies, gateway, gateway_token_file, meta, verbose, command) -> None:
     """Run CMD with its model traffic recorded; exit with CMD's exit code."""
     setup_logging(verbose)
     argv = list(command)
@@ -93,6 +97,7 @@ def run(store, mode, harness, upstream, engine, top_logprobs, engine_model, tag,
     route.engine, route.top_logprobs = engine, top_logprobs
     if engine:
         route.engine_model = engine_model or served_model(engine_urls(route))
+        route.engine_params = {k: _json_or_text(v) for k, v in engine_params.items()}
     redactor = None if no_redact_bodies else config.redactor(home())
     # Tag values are redacted even with --no-redact-bodies: they are not bodies.
     tags = (redactor or config.redactor(home())).tags(tag)
@@ -112,6 +117,16 @@ class Route:
     engine: str | None = None  # the model server is this engine: ask it for its token ids
     top_logprobs: int = 0
     engine_model: str | None = None  # the engine's model, for calls the bridge translates
+    engine_params: dict = field(default_factory=dict)  # set in every bridged call
+
+
+def _json_or_text(value: str):
+    import json
+
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def engine_urls(route: Route) -> list[str]:
@@ -195,6 +210,7 @@ def record(
         engine=route.engine,
         top_logprobs=route.top_logprobs,
         engine_model=route.engine_model,
+        engine_params=route.engine_params,
     )
     conf = trust.confdir(home())
     access = Access()  # this run's secret: the proxy serves the agent it starts, no one else
