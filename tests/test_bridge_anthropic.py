@@ -153,6 +153,14 @@ def test_an_untranslatable_call_is_refused_in_anthropic_s_shape():
     assert call.translator.error(400, call.refused)["error"]["type"] == "invalid_request_error"
 
 
+def test_pinned_sampling_settings_override_the_agent_s():
+    call = BridgedCall.open(AnthropicTranslator, orjson.dumps({**ASK, "temperature": 0.7}),
+                            path="/v1/messages", model="tiny",
+                            params={"temperature": 0, "stop_token_ids": [0]})
+    sent = orjson.loads(call.request_body)
+    assert (sent["temperature"], sent["stop_token_ids"]) == (0, [0])
+
+
 def test_the_bridge_asks_the_engine_for_tokens_and_usage():
     call = BridgedCall.open(AnthropicTranslator, orjson.dumps(ASK), path="/v1/messages",
                             model="tiny", top_logprobs=2)
