@@ -12,6 +12,11 @@ With `engine` set (the model server is vLLM or SGLang), a Chat Completions call 
 its token ids and logprobs, and the answer is passed on with what the agent did not ask for
 taken out again (forge_record.engine): the one case where the agent's bytes are edited, so
 that the record holds the tokens the policy sampled while the agent sees what it asked for.
+
+With `engine` set, a call in a dialect the bridge translates (forge_record.bridge: Anthropic
+Messages, ...) is sent to the engine as a Chat Completions call, and the engine's answer goes
+back translated, chunk by chunk (addons/bridged.py). Such a call is recorded twice: as the
+agent made it and as the engine answered it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from urllib.parse import urlsplit
 from mitmproxy import http, tls
 
 from forge_record import engine as engines
+from forge_record.addons import bridged
 from forge_record.addons.failures import upstream_failed
 from forge_record.capture import DEFAULT_MAX_BODY, Capture
 from forge_record.decoders import Dialect, dialect_for
@@ -50,12 +56,14 @@ class Recorder:
         max_body: int = DEFAULT_MAX_BODY,
         engine: str | None = None,
         top_logprobs: int = 0,
+        engine_model: str | None = None,
     ) -> None:
         """`model_hosts`: hosts whose traffic is intercepted and may be recorded.
         `upstreams`: host -> base URL to send that host's requests to instead.
         `record_any_host`: record every host (reverse mode, where only model traffic comes).
         `engine`: the model server is this engine ("vllm", "sglang"): ask it for token ids,
-        and for `top_logprobs` alternatives per token."""
+        and for `top_logprobs` alternatives per token; bridged calls name `engine_model` as
+        their model (None: the agent's)."""
         self.sink = sink
         self.upstreams = {h.lower(): u.rstrip("/") for h, u in (upstreams or {}).items()}
         self.model_hosts = {h.lower() for h in model_hosts} | set(self.upstreams)
@@ -63,8 +71,10 @@ class Recorder:
         self.max_body = max_body  # bytes kept per body; the agent always gets all of it
         self.engine = engine
         self.top_logprobs = top_logprobs
+        self.engine_model = engine_model
         self._seq = itertools.count(1)
         self.recorded = 0
+        self.untranslatable = 0  # bridged calls refused with a 400: the engine cannot say them
 
     # --- forward mode: intercept only model hosts ------------------------------------------
 
@@ -94,6 +104,9 @@ class Recorder:
         body = req.get_content(strict=False) or b""
         if not (self.intercepts(host) or _speaks(dialect, body)):
             return
+        if self.engine and bridged.bridges(dialect, path):
+            self._bridge(flow, dialect, body, logical_url, path, headers, host)
+            return
         if self.engine and dialect.name == "openai.chat":
             body = self._ask_for_tokens(flow, body)
         flow.metadata[_META] = Capture(
@@ -112,6 +125,10 @@ class Recorder:
         capture: Capture | None = flow.metadata.get(_META)
         resp = flow.response
         assert resp is not None
+        call: bridged.Bridged | None = flow.metadata.get(bridged.META)
+        if call is not None:
+            call.response_headers(resp)
+            return
         if capture is None:
             resp.stream = True  # not ours: pass through without buffering
             return
@@ -133,6 +150,10 @@ class Recorder:
         self._finish(flow, flow.error.msg if flow.error else "error", upstream_failed(flow))
 
     def _finish(self, flow: http.HTTPFlow, error: str | None, upstream: bool = False) -> None:
+        call: bridged.Bridged | None = flow.metadata.pop(bridged.META, None)
+        engine = call.finish_engine(error, upstream) if call is not None else None
+        if engine is not None:  # the engine's exchange first: the agent's takes its tokens
+            self._queue(flow, engine)
         capture: Capture | None = flow.metadata.get(_META)
         if capture is None or capture.finished:
             return
@@ -145,12 +166,40 @@ class Recorder:
                 "",
             )
             capture.tee(flow.response.get_content(strict=False) or b"")
-        exchange = capture.finish(error, upstream_failed=upstream)
+        self._queue(flow, capture.finish(error, upstream_failed=upstream))
+
+    def _queue(self, flow: http.HTTPFlow, exchange: Exchange) -> None:
         self.recorded += 1
         try:
             flow.metadata.get(SINK, self.sink)(exchange)
         except Exception:  # noqa: BLE001 - recording must never break the agent's call
             log.exception("forge-record: could not queue exchange %s", exchange.url)
+
+    def _bridge(self, flow: http.HTTPFlow, dialect: Dialect, body: bytes, url: str, path: str,
+                headers: list[tuple[str, str]], host: str) -> None:
+        """Send the agent's call to the engine as Chat Completions (bridged.open), or answer
+        it with its dialect's 400 when it cannot be (counted in `untranslatable`)."""
+        capture = Capture(dialect, seq=next(self._seq), method=flow.request.method, url=url,
+                          upstream_url=flow.request.url, path=path, headers=headers, body=body,
+                          max_body=self.max_body)
+        flow.metadata[_META] = capture
+        try:
+            call = bridged.bridge_call(flow, capture, body, path, self._base_path(host),
+                                model=self.engine_model, top_logprobs=self.top_logprobs,
+                                seq=next(self._seq))
+        except Exception:  # noqa: BLE001 - a bridge fault answers the agent, never hangs it
+            log.exception("forge-record: cannot bridge %s", url)
+            call = None
+            bridged.refuse(flow, capture, 500, "the recorder could not translate this request")
+        if call is None and bridged.UNTRANSLATABLE in capture.exchange.flags:
+            self.untranslatable += 1
+        elif call is not None:
+            flow.metadata[bridged.META] = call
+
+    def _base_path(self, host: str) -> str:
+        """The path the engine's routes start under: its upstream's, if one was given."""
+        target = self.upstreams.get(host)
+        return urlsplit(target).path if target is not None else ""
 
     def _ask_for_tokens(self, flow: http.HTTPFlow, body: bytes) -> bytes:
         """The body sent to the engine, and recorded: what the agent sent, asking for token

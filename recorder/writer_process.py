@@ -582,8 +582,9 @@ def _step_back() -> None:
 
 def _preparer(redact_bodies: bool) -> Callable[[Exchange], Exchange]:
     """What turns a captured exchange into the one to store: finalize (fold, parse, redact),
-    then stitch a WebSocket call's full context."""
+    then stitch a WebSocket call's full context and join a bridged call's two records."""
     from forge_record import config
+    from forge_record.bridge.pairs import Pairs
     from forge_record.chain import ResponseChains
     from forge_record.finalize import finalize
     from forge_record.outcome import log_exchange
@@ -592,8 +593,9 @@ def _preparer(redact_bodies: bool) -> Callable[[Exchange], Exchange]:
     redactor = config.redactor(home()) if redact_bodies else None
     prepare = functools.partial(finalize, redactor=redactor)
     chains = ResponseChains()  # rebuilds WebSocket calls' full context
+    pairs = Pairs()  # the engine's tokens onto a bridged call's agent record
     # -v: one line per exchange, once it is folded (forge_record.outcome)
-    return lambda exchange: log_exchange(chains.stitch(prepare(exchange)))
+    return lambda exchange: log_exchange(pairs.join(chains.stitch(prepare(exchange))))
 
 
 def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None]):

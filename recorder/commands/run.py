@@ -55,6 +55,9 @@ from forge_record.redact.argv import mask_argv
 )
 @click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
               help="With --engine: alternatives recorded per sampled token.")
+@click.option("--engine-model", metavar="NAME",
+              help="With --engine: the model name bridged calls (Anthropic Messages, ...) ask "
+              "the engine for [default: the first the engine's /v1/models lists].")
 @click.option("--tag", multiple=True, callback=key_value, metavar="K=V", help="Tag the session.")
 @click.option(
     "--set", "settings", multiple=True, callback=key_value, metavar="OPTION=VALUE",
@@ -74,8 +77,8 @@ from forge_record.redact.argv import mask_argv
               help="With --gateway: session metadata (task_id, group_id, attempt, ...).")
 @click.option("-v", "--verbose", count=True, help="Log what the recorder does (-vv: more).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(store, mode, harness, upstream, engine, top_logprobs, tag, settings, no_redact_bodies,
-        gateway, gateway_token_file, meta, verbose, command) -> None:
+def run(store, mode, harness, upstream, engine, top_logprobs, engine_model, tag, settings,
+        no_redact_bodies, gateway, gateway_token_file, meta, verbose, command) -> None:
     """Run CMD with its model traffic recorded; exit with CMD's exit code."""
     setup_logging(verbose)
     argv = list(command)
@@ -88,6 +91,8 @@ def run(store, mode, harness, upstream, engine, top_logprobs, tag, settings, no_
         sys.exit(rollout.run_in_session(gateway, token, shim.name, argv, tag, meta))
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
     route.engine, route.top_logprobs = engine, top_logprobs
+    if engine:
+        route.engine_model = engine_model or served_model(engine_urls(route))
     redactor = None if no_redact_bodies else config.redactor(home())
     # Tag values are redacted even with --no-redact-bodies: they are not bodies.
     tags = (redactor or config.redactor(home())).tags(tag)
@@ -106,6 +111,32 @@ class Route:
     model_hosts: set[str] = field(default_factory=set)
     engine: str | None = None  # the model server is this engine: ask it for its token ids
     top_logprobs: int = 0
+    engine_model: str | None = None  # the engine's model, for calls the bridge translates
+
+
+def engine_urls(route: Route) -> list[str]:
+    """Where the engine may be: the upstreams, and a reverse target on loopback."""
+    urls = list(route.upstreams.values())
+    target = route.mitm_mode.removeprefix("reverse:")
+    if route.mode == "reverse" and urlsplit(target).hostname in LOOPBACK:
+        urls.append(target)
+    return urls
+
+
+def served_model(urls) -> str | None:
+    """The first model an engine upstream serves (`GET /v1/models`), or None (bridged calls
+    then keep the agent's model name) when none answers."""
+    import json
+    import urllib.request
+
+    for url in urls:
+        base = url.rstrip("/").removesuffix("/v1")
+        try:
+            with urllib.request.urlopen(f"{base}/v1/models", timeout=5) as answer:
+                return json.load(answer)["data"][0]["id"]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            continue
+    return None
 
 
 def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[str, str],
@@ -163,6 +194,7 @@ def record(
         record_any_host=route.mode == "reverse",
         engine=route.engine,
         top_logprobs=route.top_logprobs,
+        engine_model=route.engine_model,
     )
     conf = trust.confdir(home())
     access = Access()  # this run's secret: the proxy serves the agent it starts, no one else

@@ -201,10 +201,12 @@ def turn_identity(blocks: list[Block]) -> list[Any]:
 
 def side_kind_of(ex: Exchange, codex_label: str = "",
                  user_texts: tuple[str, ...] | None = None) -> str | None:
-    """"count_tokens", "warmup", "compaction", "title", "summary", "other" when the exchange
-    alone shows it is not a turn of the agent's conversation; None otherwise. `user_texts`:
-    the newest user message's texts (_texts), when the caller has them already."""
+    """"count_tokens", "warmup", "compaction", "title", "summary", "engine", "other" when the
+    exchange alone shows it is not a turn of the agent's conversation; None otherwise.
+    `user_texts`: the newest user message's texts (_texts), when the caller has them already."""
     request = ex.request or Request()
+    if ex.kind == "engine":  # a bridged call as the engine saw it: the agent's is the turn
+        return "engine"
     if ex.kind != "model":
         path = urlsplit(ex.url).path
         if path.endswith(("/count_tokens", ":countTokens")):  # Anthropic, Gemini

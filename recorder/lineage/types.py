@@ -23,7 +23,8 @@ class Call:
     parent: int | None = None  # seq of the call this one continues in its thread
     role: str = MAIN  # "main" | "subagent" | "side" | "retry"
     side_kind: str | None = None  # "title" | "count_tokens" | "warmup" | "summary" |
-    #                               "compaction" | "other" (side calls and their retries)
+    #                               "compaction" | "engine" | "other" (side calls and their
+    #                               retries; "engine": a bridged call's engine record)
     retry_of: int | None = None  # the first attempt of the same logical call
     segment: int = 0  # compaction segment within the thread, 0-based
     fingerprint: str = ""  # a Fingerprint id

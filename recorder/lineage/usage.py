@@ -42,7 +42,7 @@ def usage_of(seqs: Iterable[int], calls: Mapping[int, Any], signals: Mapping[int
         call, tokens = calls[seq], signals[seq].usage
         if call.role == "side" or (call.role == "retry" and call.side_kind):
             counts["side_calls" if call.role == "side" else "retries"] += 1
-            if call.side_kind != "count_tokens":
+            if call.side_kind not in ("count_tokens", "engine"):  # no tokens of their own
                 _add(side, tokens)
             continue
         _add(total, tokens)
