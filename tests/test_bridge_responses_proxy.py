@@ -171,3 +171,24 @@ def test_codex_shaped_calls_over_the_websocket(proxy, engine):
     assert agents[1].request.parameters["previous_response_id"] == done["id"]
     assert {m.role for m in agents[1].request.messages} >= {"user", "assistant", "tool"}
     assert "untranslatable" in records[-1].flags and recorder.untranslatable == 1
+
+
+def test_an_engine_out_of_reach_gets_codex_s_error_frame(tmp_path):
+    exchanges = Arrivals()
+    recorder = Recorder(exchanges.append, upstreams={"api.openai.com": "http://127.0.0.1:9"},
+                        record_any_host=True, engine="vllm", engine_model="mock-engine")
+    server = InProcessProxy(WebSocketRecorder(recorder), mode="reverse:https://api.openai.com",
+                            confdir=confdir(tmp_path))
+    port = server.start()
+    try:
+        with connect(f"ws://127.0.0.1:{port}/v1/responses") as ws:
+            ws.send(create(PROMPT))
+            [error] = receive_call(ws)
+    finally:
+        server.stop()
+    assert error["type"] == "error" and error["status"] == 502
+    assert "the engine call failed" in error["error"]["message"]
+    engine_side, agent = prepared(exchanges.wait(2))
+    assert engine_side.kind == "engine" and engine_side.status != COMPLETE
+    assert agent.kind == "model" and agent.response.error["message"] == error["error"][
+        "message"]
