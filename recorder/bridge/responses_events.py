@@ -90,9 +90,9 @@ class ResponseEvents:
                 self.event("response.in_progress", response=self._snapshot())]
 
     def chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        out = self.start()
-        if chunk.get("model") and not self._items:
+        if chunk.get("model") and not self._started:  # the model that answers, from the start
             self.response["model"] = chunk["model"]
+        out = self.start()
         if isinstance(chunk.get("usage"), dict):
             self.usage = usage(chunk["usage"])
         for choice in chunk.get("choices") or ():
