@@ -65,6 +65,7 @@ class WebSocketBridge:
         self.ws = ws_recorder
         self.recorder = ws_recorder.recorder
         self.endpoint: Endpoint | None = None
+        self._started: asyncio.Future | None = None  # the endpoint's start, awaited by all
         self._sockets: dict[str, _Socket] = {}  # token -> a socket not yet connected
 
     async def request(self, flow: http.HTTPFlow) -> None:
@@ -72,9 +73,10 @@ class WebSocketBridge:
         if (sock is None or flow.response is not None or not self.recorder.engine
                 or sock.dialect not in TRANSLATORS):
             return
-        if self.endpoint is None:
+        if self.endpoint is None:  # one endpoint, however many upgrades wait for it
             self.endpoint = Endpoint(self)
-            await self.endpoint.start()
+            self._started = asyncio.ensure_future(self.endpoint.start())
+        await asyncio.shield(self._started)
         req = flow.request
         host = (urlsplit(sock.url).hostname or "").lower()
         base = urlsplit(self.recorder.upstreams.get(host, "")).path
@@ -105,6 +107,8 @@ class WebSocketBridge:
                                 path=sock.path, model=self.recorder.engine_model,
                                 top_logprobs=self.recorder.top_logprobs)
         notes = [BRIDGED, *getattr(call.translator, "flags", ())]
+        if agent is not None:  # not our loopback endpoint: the engine is the upstream
+            agent.exchange.upstream_url = state.engine_url
         if call.refused is not None:
             self.recorder.untranslatable += 1
             log.warning("forge-record: cannot bridge %s: %s", sock.url, call.refused)
@@ -119,8 +123,6 @@ class WebSocketBridge:
             return
         link = secrets.token_hex(6)
         _note(agent, [*notes, link_flag(link)])
-        if agent is not None:
-            agent.exchange.upstream_url = state.engine_url
         engine = Capture(dialect_named("openai.chat"), seq=next(self.recorder._seq),
                          method="POST", url=state.engine_url, upstream_url=state.engine_url,
                          path=urlsplit(state.engine_url).path, headers=state.headers,

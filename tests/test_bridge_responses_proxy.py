@@ -166,6 +166,7 @@ def test_codex_shaped_calls_over_the_websocket(proxy, engine):
     records = prepared(exchanges.wait(6))
     warm_up = records[0]
     assert warm_up.kind == "side" and warm_up.status == COMPLETE
+    assert {r.upstream_url for r in records} == {f"{engine.url}/v1/chat/completions"}
     agents = check_pairs(records[1:-1], engine)
     assert [a.url for a in agents] == ["wss://api.openai.com/v1/responses"] * 2
     assert agents[1].request.parameters["previous_response_id"] == done["id"]
