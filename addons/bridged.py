@@ -65,6 +65,8 @@ def bridge_call(flow: http.HTTPFlow, capture: Capture, body: bytes, path: str, b
     link = secrets.token_hex(6)
     flag(capture.exchange, BRIDGED)
     flag(capture.exchange, link_flag(link))
+    for note in getattr(call.translator, "flags", ()):  # what the translation left out
+        flag(capture.exchange, note)
     if call.refused is not None:
         refuse(flow, capture, 400, call.refused)
         return None

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 from mitmproxy import http
 
+from forge_record.addons.bridged_ws import WebSocketBridge
 from forge_record.addons.recorder import SINK, Recorder
 from forge_record.capture import Capture
 from forge_record.decoders import dialect_for
@@ -47,12 +48,17 @@ _CREATE = b'{"type":"response.create"'
 class WebSocketRecorder:
     """Records Responses calls made over WebSocket. `recorder` records the HTTP calls; it is
     loaded as this addon's child, so `InProcessProxy(WebSocketRecorder(recorder))` runs both,
-    sharing one sink, one set of model hosts and one sequence of exchange numbers."""
+    sharing one sink, one set of model hosts and one sequence of exchange numbers. With an
+    engine upstream, `WebSocketBridge` (a child after the recorder) answers the calls."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self.addons = [recorder]
+        self.addons = [recorder, WebSocketBridge(self)]
         self._sockets: dict[int, _Socket] = {}  # open connections, by id(flow)
+
+    def socket_of(self, flow: http.HTTPFlow) -> _Socket | None:
+        """The recorded connection `flow` is, if it is one."""
+        return flow.metadata.get(_META)
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         # Runs before any addon's `request` hook, so the URL is still the one the agent

@@ -4,7 +4,7 @@ against the same stream through `engine.Strip` (the pass-through every engine ca
 pays: parse and re-dump each chunk). Reported as microseconds per engine chunk and as the
 ratio of the two, measured in the same run.
 
-    .venv/bin/python bench/bridge.py [--tokens N] [--rounds R]
+    .venv/bin/python bench/bridge.py [--tokens N] [--rounds R] [--dialect anthropic|responses]
 """
 
 from __future__ import annotations
@@ -16,12 +16,19 @@ import orjson
 
 from forge_record.bridge.anthropic import AnthropicTranslator
 from forge_record.bridge.call import BridgedCall, HttpBridge
+from forge_record.bridge.responses import ResponsesTranslator
 from forge_record.engine import Asked, Strip
 from forge_record.mock import Received
 from forge_record.mock import engine as mock_engine
 
 ASK = {"model": "claude-sonnet-4-5", "max_tokens": 4096, "stream": True,
        "messages": [{"role": "user", "content": "Write."}]}
+# dialect -> (its translator, a streamed request, its path)
+DIALECTS = {
+    "anthropic": (AnthropicTranslator, ASK, "/v1/messages"),
+    "responses": (ResponsesTranslator, {"model": "gpt-5.4", "stream": True, "input": "Write.",
+                                        "max_output_tokens": 4096}, "/v1/responses"),
+}
 
 
 class _Mock:
@@ -39,10 +46,11 @@ def engine_chunks(tokens: int) -> list[bytes]:
     return list(reply.body)
 
 
-def bridged(chunks: list[bytes]) -> float:
-    call = BridgedCall.open(AnthropicTranslator, orjson.dumps(ASK), path="/v1/messages",
-                            model="tiny", top_logprobs=2)
-    http = HttpBridge(call, "/v1/messages")
+def bridged(chunks: list[bytes], dialect: str = "anthropic") -> float:
+    translator, ask, path = DIALECTS[dialect]
+    call = BridgedCall.open(translator, orjson.dumps(ask), path=path, model="tiny",
+                            top_logprobs=2)
+    http = HttpBridge(call, path)
     start = time.perf_counter()
     http.start(200, "", "text/event-stream")
     for chunk in chunks:
@@ -64,17 +72,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--dialect", choices=sorted(DIALECTS), default="anthropic")
     args = parser.parse_args()
     chunks = engine_chunks(args.tokens)
     # interleaved rounds, the median of each: both see the same machine load
     b, s = [], []
     for _ in range(args.rounds):
-        b.append(bridged(chunks))
+        b.append(bridged(chunks, args.dialect))
         s.append(stripped(chunks))
     b_med, s_med = sorted(b)[len(b) // 2], sorted(s)[len(s) // 2]
     n = len(chunks)
-    print(f"{n} engine chunks; bridge {b_med / n * 1e6:.1f} us/chunk, pass-through (Strip) "
-          f"{s_med / n * 1e6:.1f} us/chunk, ratio {b_med / s_med:.2f}")
+    print(f"{n} engine chunks; {args.dialect} bridge {b_med / n * 1e6:.1f} us/chunk, "
+          f"pass-through (Strip) {s_med / n * 1e6:.1f} us/chunk, ratio {b_med / s_med:.2f}")
 
 
 if __name__ == "__main__":

@@ -46,13 +46,13 @@ def vllm_url(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1",
-           # the tiny model's positions end at 2,048, a real CLI's prompt does not (Claude
-           # Code's is ~18k tokens); its random weights do not care how far RoPE turns
-           "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1"}
     argv = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "32768", "--dtype", "bfloat16", "--enforce-eager",
+            # Codex's and Claude Code's prompts (instructions and tools) exceed the model's
+            # 2048 positions; its random weights work past them as well (RoPE)
+            "--max-model-len", "32768", "--hf-overrides", '{"max_position_embeddings": 32768}',
+            "--dtype", "bfloat16", "--enforce-eager",
             "--max-num-seqs", "4", "--max-logprobs", "20", "--enable-auto-tool-choice",
             "--tool-call-parser", "hermes", "--distributed-executor-backend", "uni"]
     with open(log, "wb") as out:

@@ -9,11 +9,12 @@ one line here.
 
 from __future__ import annotations
 
-from forge_record.bridge import anthropic
+from forge_record.bridge import anthropic, responses
 from forge_record.bridge.base import Translator, Untranslatable
 
 TRANSLATORS: dict[str, type[Translator]] = {
     anthropic.AnthropicTranslator.dialect: anthropic.AnthropicTranslator,
+    responses.ResponsesTranslator.dialect: responses.ResponsesTranslator,
 }
 
 __all__ = ["TRANSLATORS", "Translator", "Untranslatable"]
