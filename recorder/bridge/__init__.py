@@ -9,11 +9,12 @@ one line here.
 
 from __future__ import annotations
 
-from forge_record.bridge import anthropic
+from forge_record.bridge import anthropic, gemini
 from forge_record.bridge.base import Translator, Untranslatable
 
 TRANSLATORS: dict[str, type[Translator]] = {
     anthropic.AnthropicTranslator.dialect: anthropic.AnthropicTranslator,
+    gemini.GeminiTranslator.dialect: gemini.GeminiTranslator,
 }
 
 __all__ = ["TRANSLATORS", "Translator", "Untranslatable"]
