@@ -15,7 +15,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 from vllm_data import body
 
-from forge_record.bridge import Untranslatable
+from forge_record.bridge import TRANSLATORS, Untranslatable
 from forge_record.bridge.base import ChatStream, DataSSE, JsonArray
 from forge_record.bridge.gemini import GeminiTranslator
 from forge_record.mock import MockUpstream, Received, Reply
@@ -35,6 +35,10 @@ def chat(request: dict, path: str = STREAM) -> dict:
 
 
 # --- the request ---------------------------------------------------------------------------
+
+
+def test_the_registry_names_the_translator_by_the_decoder_s_dialect():
+    assert TRANSLATORS["gemini.generate"] is GeminiTranslator
 
 
 def test_the_path_says_the_model_and_whether_it_streams():
@@ -185,6 +189,17 @@ def test_json_responses_become_response_format():
     plain = chat({"contents": [USER], "generationConfig": {"responseMimeType": "application/json",
                                                            "responseSchema": {"type": "OBJECT"}}})
     assert plain["response_format"]["json_schema"]["schema"] == {"type": "object"}
+
+
+def test_count_tokens_reads_either_form_and_answers_total_tokens():
+    path = f"/v1beta/models/{MODEL}:countTokens"
+    short = GeminiTranslator(ASK, path=path, model="tiny")
+    long = GeminiTranslator({"generateContentRequest": {
+        "model": f"models/{MODEL}", "systemInstruction": "Be brief.", **ASK}}, path=path,
+        model="tiny")
+    assert not short.streamed and short.count(12) == {"totalTokens": 12}
+    assert short.chat_request()["messages"] == [{"role": "user", "content": "List the files here."}]
+    assert long.chat_request()["messages"][0] == {"role": "system", "content": "Be brief."}
 
 
 @pytest.mark.parametrize("request_", [
