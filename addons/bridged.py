@@ -90,8 +90,13 @@ def refuse(flow: http.HTTPFlow, capture: Capture, status: int, why: str) -> None
     flag(capture.exchange, UNTRANSLATABLE if status == 400 else BRIDGE_ERROR)
     log.warning("forge-record: cannot bridge %s: %s", capture.exchange.url, why)
     blank = TRANSLATORS[capture.dialect.name]({}, path="", model=None)
-    flow.response = http.Response.make(status, body(blank.error(status, why)),
-                                       {"content-type": "application/json"})
+    data = body(blank.error(status, why))
+    flow.response = http.Response.make(status, data, {"content-type": "application/json"})
+    # Recorded here: mitmproxy still runs `responseheaders` for an answer made in `request`,
+    # but never streams its body.
+    capture.response_started(status, list(flow.response.headers.items(multi=True)),
+                             "application/json", "")
+    capture.tee(data)
 
 
 class Bridged:

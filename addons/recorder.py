@@ -132,6 +132,8 @@ class Recorder:
         if capture is None:
             resp.stream = True  # not ours: pass through without buffering
             return
+        if capture.exchange.http_status is not None:  # answered by the bridge itself
+            return
         capture.response_started(
             resp.status_code,
             list(resp.headers.items(multi=True)),

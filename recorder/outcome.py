@@ -37,6 +37,8 @@ def failure(exchange: Exchange) -> str | None:
     """The cause of a failed call, or None if the model API answered below 400."""
     if exchange.http_status is None:  # no response at all: the connection failed
         return f"{host_of(exchange)} unreachable"
+    if "untranslatable" in exchange.flags:  # refused by the dialect bridge, never sent
+        return "untranslatable for the engine"
     if exchange.http_status >= 400:
         return f"HTTP {exchange.http_status} from {host_of(exchange)}"
     return None
@@ -60,6 +62,8 @@ class Failures:
         self.causes: Counter[str] = Counter()
 
     def __call__(self, exchange: Exchange) -> None:
+        if exchange.kind == "engine":  # a bridged call's engine side: its agent's record counts
+            return
         cause = failure(exchange)
         if cause is not None:
             self.causes[cause] += 1

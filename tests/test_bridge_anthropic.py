@@ -88,6 +88,17 @@ def test_system_blocks_tools_and_sampling_carry_over():
     assert "metadata" not in out and "thinking" not in out
 
 
+def test_claude_code_s_hints_are_dropped_and_an_output_schema_kept():
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}}
+    out = chat({**ASK, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
+                "thinking": {"type": "adaptive"},
+                "output_config": {"effort": "high", "format": {"type": "json_schema",
+                                                                "schema": schema}}})
+    assert out["response_format"] == {"type": "json_schema",
+                                      "json_schema": {"name": "output", "schema": schema}}
+    assert set(out) == {"model", "messages", "max_tokens", "stream", "response_format"}
+
+
 def test_a_tool_round_trip_becomes_tool_calls_and_tool_messages():
     messages = [
         {"role": "user", "content": "run it"},
@@ -99,8 +110,10 @@ def test_a_tool_round_trip_becomes_tool_calls_and_tool_messages():
             {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True,
              "content": [{"type": "text", "text": "no such file"}]},
             {"type": "text", "text": "try again", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "system", "content": [{"type": "text", "text": "Tools changed."}]},
     ]
     out = chat({**ASK, "messages": messages})["messages"]
+    assert out[4] == {"role": "system", "content": "Tools changed."}
     assert out[1] == {"role": "assistant", "content": "Running.", "reasoning": "I should run it.",
                       "tool_calls": [{"id": "toolu_1", "type": "function", "function": {
                           "name": "Bash", "arguments": '{"command": "ls"}'}}]}
@@ -125,7 +138,8 @@ def test_an_image_in_a_tool_result_moves_to_the_user_message_after_it():
     {**ASK, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
     {**ASK, "mcp_servers": [{"type": "url", "url": "https://x"}]},
     {**ASK, "messages": [{"role": "assistant", "content": [{"type": "server_tool_use"}]}]},
-], ids=["server-tool", "document", "mcp", "server-tool-use"])
+    {**ASK, "output_config": {"task_budget": 3}},
+], ids=["server-tool", "document", "mcp", "server-tool-use", "output-config"])
 def test_what_chat_cannot_say_is_untranslatable(request_):
     with pytest.raises(Untranslatable):
         chat(request_)

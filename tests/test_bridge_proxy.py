@@ -5,6 +5,10 @@ trip, and the record keeps both sides of each call with the engine's tokens on t
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import anthropic
 import orjson
@@ -20,6 +24,7 @@ from forge_record.finalize import finalize
 from forge_record.lineage import analyze
 from forge_record.mock import MockUpstream
 from forge_record.mock import engine as mock_engine
+from forge_record.outcome import Failures
 from forge_record.records import COMPLETE, ERROR, Session
 from forge_record.store import open_store
 from forge_record.trust import confdir
@@ -30,6 +35,7 @@ SCRIPT = [{"text": "Let me look.", "tool_calls": [{"name": "Bash",
                                                    "arguments": {"command": "ls"}}]},
           {"text": "There is a README."}]
 ASK = [{"role": "user", "content": "What is here?"}]
+FORGE = str(Path(sys.executable).with_name("forge-record"))
 
 
 @pytest.fixture
@@ -131,7 +137,12 @@ def test_an_untranslatable_call_gets_a_400_and_is_counted(bridged, engine):
                                tools=[{"type": "web_search_20250305", "name": "web_search"}])
     [record] = prepared(exchanges.wait(1))
     assert addon.untranslatable == 1 and "untranslatable" in record.flags
+    failures = Failures()
+    failures(record)
+    assert failures.summary() == "1 call failed: untranslatable for the engine"
     assert record.status == ERROR and record.http_status == 400
+    assert record.response.error["type"] == "invalid_request_error"  # the 400 is recorded
+    assert "decode_error" not in record.flags
     assert not engine.requests  # the engine was never asked
 
 
@@ -173,3 +184,26 @@ def test_count_tokens_is_the_engine_s_count_of_the_rendered_prompt(bridged, engi
 def test_run_asks_the_engine_which_model_it_serves(engine):
     assert served_model(["http://127.0.0.1:9/v1", engine.url]) == "mock-engine"
     assert served_model(["http://127.0.0.1:9"]) is None
+
+
+def test_run_bridges_a_messages_agent_to_an_engine(tmp_path):
+    """`forge-record run --engine` end to end: the writer process joins each call's two
+    records, and the tokens export merges the round trip into one row."""
+    env = {**os.environ, "FORGE_RECORD_HOME": str(tmp_path / "home")}
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        env.pop(var, None)
+    with MockUpstream(routes=list(mock_engine.ROUTES)) as engine:
+        proc = subprocess.run(
+            [FORGE, "run", "--harness", "generic", "--engine", "vllm", "--upstream",
+             f"api.anthropic.com={engine.url}", "--", sys.executable, "-m",
+             "forge_record.mock.client"],
+            env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        assert "forge-record-e2e-output-42" in proc.stdout
+        asked = [orjson.loads(r.body)["model"] for r in engine.requests if r.method == "POST"]
+        assert asked == ["mock-engine"] * 2  # the name /v1/models gave
+    out = subprocess.run([FORGE, "export", "--format", "tokens"], env=env, capture_output=True,
+                         timeout=60, check=True).stdout
+    [row] = [orjson.loads(line) for line in out.splitlines()]
+    assert len(row["seqs"]) == 2 and row["response_mask"].count(0) > 0
+    assert len(row["response_ids"]) == len(row["response_mask"]) == len(row["rollout_log_probs"])

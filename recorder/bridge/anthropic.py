@@ -9,8 +9,10 @@ text only). An assistant message's text is its `content`, its `thinking` its `re
 its `tool_use` blocks `tool_calls` (ids kept, input dumped as the arguments string).
 `max_tokens`, `temperature`, `top_p`, `top_k`, `stop_sequences` (-> `stop`), `tool_choice`
 (auto/any/tool/none -> auto/required/function/none, `disable_parallel_tool_use` ->
-`parallel_tool_calls: false`) and custom tools carry over. Hints the engine has no use for
-(`cache_control`, `metadata`, `thinking`, `service_tier`, ...) are dropped. Server tools,
+`parallel_tool_calls: false`), custom tools, and a JSON-schema `output_config.format` (->
+`response_format`) carry over. Hints the engine has no use for (`cache_control`,
+`metadata`, `thinking`, `output_config.effort`, `context_management`, `service_tier`, ...)
+are dropped. Server tools,
 MCP servers, documents and any block or field not named here are `Untranslatable`.
 
 Answer: `message_start` on the engine's first chunk, its `input_tokens` the length of the
@@ -44,7 +46,8 @@ _DROPPED = frozenset({"cache_control", "metadata", "thinking", "service_tier", "
                       "context_management", "anthropic_version"})
 _SAMPLING = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p",
              "top_k": "top_k", "stop_sequences": "stop"}
-_OWN = frozenset({"model", "messages", "system", "tools", "tool_choice", "stream"})
+_OWN = frozenset({"model", "messages", "system", "tools", "tool_choice", "stream",
+                  "output_config", "output_format"})
 _FINISH = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
            "function_call": "tool_use", "content_filter": "refusal"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -87,6 +90,7 @@ class AnthropicTranslator:
             if req.get(ours) is not None:
                 chat[theirs] = req[ours]
         _tool_choice(req.get("tool_choice"), chat)
+        _output(req.get("output_config") or {}, req.get("output_format"), chat)
         if self.streamed:
             chat["stream"] = True
         return chat
@@ -249,6 +253,8 @@ def _messages(messages: Any) -> list[dict]:
             out.append(_assistant(content))
         elif role == "user":
             out.extend(_user(content))
+        elif role == "system":  # mid-conversation instructions (Claude Code 2.1): kept in place
+            out.extend(_system(content))
         else:
             raise Untranslatable(f"a message of role {role!r}")
     return out
@@ -368,6 +374,21 @@ def _tool_choice(choice: Any, chat: dict) -> None:
         raise Untranslatable(f"a tool_choice of type {kind!r}")
     if choice.get("disable_parallel_tool_use"):
         chat["parallel_tool_calls"] = False
+
+
+def _output(config: dict, legacy: Any, chat: dict) -> None:
+    """`output_config`: `effort` is a hint (dropped); `format` (or the older top-level
+    `output_format`), a JSON schema the answer must follow, is Chat's `response_format`."""
+    unknown = set(config) - {"effort", "format"}
+    if unknown:
+        raise Untranslatable(f"output_config.{sorted(unknown)[0]} has no Chat equivalent")
+    form = config.get("format") or legacy
+    if not form:
+        return
+    if form.get("type") != "json_schema":
+        raise Untranslatable(f"an output format of type {form.get('type')!r}")
+    chat["response_format"] = {"type": "json_schema",
+                               "json_schema": {"name": "output", "schema": form.get("schema")}}
 
 
 # --- answer pieces -----------------------------------------------------------------------

@@ -5,9 +5,10 @@ engine's answer in, the agent's events (or body) out.
 Completions request and asks the engine for its tokens the way every engine call does
 (`engine.ask_for_tokens`), plus `stream_options.include_usage` when streamed (the usage
 chunk is where a dialect's closing usage comes from). Then `start(status, encoding)` once the
-engine's response headers are in, `feed(chunk)` for each body chunk as it arrives and `flush()`
-at its end. What comes out is events (`Events`, for a WebSocket transport that sends each as a
-message) or bytes framed for HTTP (`HttpBridge`).
+engine's response headers are in, and each body chunk as it arrives. What comes out is
+events (`BridgedCall.events(chunk)`, `final_events()` for a stream, `answer()` for a whole
+body or an error: a WebSocket transport sends each event as a message, `base.messages`) or
+bytes framed for HTTP (`HttpBridge`).
 
 An engine error (status >= 400) is read whole and becomes the dialect's own error body with
 the same status; an `{"error": ...}` chunk inside a stream becomes the dialect's error event.
