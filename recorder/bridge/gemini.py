@@ -188,6 +188,8 @@ class CallFold:
 
     def complete(self, before: int | None = None) -> list[dict[str, Any]]:
         """The open calls (those below `before`), in index order, as parts."""
+        if not self._open:  # the usual case: text, no call in the making
+            return []
         ready = sorted(i for i in self._open if before is None or i < before)
         return [p for p in (self._part(self._open.pop(i)) for i in ready) if p is not None]
 
