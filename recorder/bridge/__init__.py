@@ -9,12 +9,13 @@ one line here.
 
 from __future__ import annotations
 
-from forge_record.bridge import anthropic, responses
+from forge_record.bridge import anthropic, gemini, responses
 from forge_record.bridge.base import Translator, Untranslatable
 
 TRANSLATORS: dict[str, type[Translator]] = {
     anthropic.AnthropicTranslator.dialect: anthropic.AnthropicTranslator,
     responses.ResponsesTranslator.dialect: responses.ResponsesTranslator,
+    gemini.GeminiTranslator.dialect: gemini.GeminiTranslator,
 }
 
 __all__ = ["TRANSLATORS", "Translator", "Untranslatable"]

@@ -32,7 +32,7 @@ class Untranslatable(Exception):
 class Translator(Protocol):
     """One call's translation, in both directions. One instance per call; pure, no I/O."""
 
-    dialect: ClassVar[str]  # "anthropic.messages" | "openai.responses" | "gemini"
+    dialect: ClassVar[str]  # "anthropic.messages" | "openai.responses" | "gemini.generate"
     streamed: bool  # whether the agent asked for a stream
 
     def __init__(self, request: dict, *, path: str, model: str | None) -> None:
@@ -179,7 +179,7 @@ class JsonArray:
 
 def framer_for(dialect: str, path: str) -> Framer:
     """How a streamed answer in `dialect` is framed on HTTP (WebSocket: `messages`)."""
-    if dialect == "gemini":
+    if dialect.startswith("gemini."):
         return DataSSE() if "alt=sse" in path.partition("?")[2] else JsonArray()
     return NamedSSE()
 
