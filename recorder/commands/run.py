@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import getpass
+import logging
 import os
 import secrets
 import shutil
@@ -15,7 +16,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from forge_record import config, harness_shims, launch, trust
+from forge_record import config, engine_probe, harness_shims, launch, trust
 from forge_record.commands.common import key_value, open_store, store_option
 from forge_record.commands.sessions import counted
 from forge_record.errors import StoreError, UsageError
@@ -49,9 +50,10 @@ from forge_record.redact.argv import mask_argv
     "Repeatable.",
 )
 @click.option(
-    "--engine", type=click.Choice(["vllm", "sglang"]),
-    help="The model server is this engine: Chat Completions calls ask it for token ids and "
-    "logprobs, which are recorded and kept from the agent.",
+    "--engine", type=click.Choice(["auto", "vllm", "sglang", "none"]),
+    help="The model server is this engine: Chat Completions, Completions and SGLang "
+    "/generate calls ask it for token ids and logprobs, which are recorded and kept from "
+    "the agent. auto (the default with --upstream): probe the upstreams once at start.",
 )
 @click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
               help="With --engine: alternatives recorded per sampled token.")
@@ -87,10 +89,11 @@ def run(store, mode, harness, upstream, engine, top_logprobs, tag, settings, no_
         token = rollout.admin_token(gateway_token_file, dict(os.environ))
         sys.exit(rollout.run_in_session(gateway, token, shim.name, argv, tag, meta))
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
-    route.engine, route.top_logprobs = engine, top_logprobs
+    found = pick_engine(route, engine, top_logprobs)
     redactor = None if no_redact_bodies else config.redactor(home())
     # Tag values are redacted even with --no-redact-bodies: they are not bodies.
-    tags = (redactor or config.redactor(home())).tags(tag)
+    tags = (redactor or config.redactor(home())).tags(
+        {**engine_probe.session_tags(route.engine, found), **tag})
     exit_code = record(
         argv, shim, route, store_url(store),
         tags=tags, settings=settings, verbose=verbose, redactor=redactor,
@@ -106,6 +109,25 @@ class Route:
     model_hosts: set[str] = field(default_factory=set)
     engine: str | None = None  # the model server is this engine: ask it for its token ids
     top_logprobs: int = 0
+
+
+def pick_engine(route: Route, engine: str | None, top_logprobs: int
+                ) -> engine_probe.Found | None:
+    """Set the route's engine from `--engine` (auto when upstreams are given and it is not):
+    the upstreams are probed once, before the proxy starts; what was found is returned."""
+    urls = list(dict.fromkeys(route.upstreams.values()))
+    choice = engine or ("auto" if urls else "none")
+    quiet = engine is None  # an upstream that is no engine is the common case: said at -v
+
+    def say(line: str) -> None:
+        if quiet and "not an engine" in line:
+            logging.getLogger("forge_record").info("forge-record: %s", line)
+        else:
+            click.echo(f"forge-record: {line}", err=True)
+
+    route.engine, found = engine_probe.resolve(choice, urls, say)
+    route.top_logprobs = top_logprobs
+    return found
 
 
 def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[str, str],
@@ -210,7 +232,8 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
         try:
             s = store.session_summary(session_id)
             # the counts `sessions` and `show` print (forge_record.lineage.usage)
-            s = counted(s, session_usage(store.iter_exchanges(session_id), s["harness"]))
+            exchanges = list(store.iter_exchanges(session_id))
+            s = counted(s, session_usage(exchanges, s["harness"]))
         finally:
             store.close()
     except StoreError as e:  # the agent's exit code still wins
@@ -229,6 +252,20 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
     if lost:
         parts.append(f"{lost} exchanges NOT stored (see warnings)")
     click.echo("forge-record: " + " · ".join(parts), err=True)
+    _warn_tokens(exchanges)
+
+
+def _warn_tokens(exchanges) -> None:
+    """Once per session: calls an engine answered without the token ids it was asked for
+    (an engine that ignores `return_token_ids`), or with tokens that disagree."""
+    from forge_record.tokens_check import TOKENS_MISMATCH, TOKENS_MISSING
+
+    for flag, what in ((TOKENS_MISSING, "without the token ids asked for (an engine that "
+                        "ignores return_token_ids?); recorded at message level only"),
+                       (TOKENS_MISMATCH, "with token ids and logprobs that disagree")):
+        if n := sum(flag in e.flags for e in exchanges):
+            click.echo(click.style(f"forge-record: warning: {count(n, 'engine call')} "
+                                   f"answered {what} [{flag}]", fg="yellow"), err=True)
 
 
 def _warn_nothing_recorded(argv: list[str], shim: Shim, route: Route, environ: dict[str, str]
