@@ -66,7 +66,7 @@ def probe(url: str, timeout: float = TIMEOUT) -> Found:
             return _probe_one(base, timeout)
         except NotAnEngine as e:
             why = e
-            if "refused" in str(e).lower() or "timed out" in str(e).lower():
+            if _unreachable(e):
                 break  # the origin is down: the prefix is too
     raise why
 
@@ -128,11 +128,18 @@ def resolve(choice: str, urls: list[str], say: Callable[[str], None]
         if isinstance(result, Found):
             say(f"upstream {url}: {result.name} {result.version or '(version unknown)'}")
             found = found or result
+        elif choice == "auto" and _unreachable(result):
+            say(f"upstream {url}: not an engine ({result}); if it is one still starting, "
+                "name it with --engine")
         else:
             say(f"upstream {url}: not an engine ({result})")
     if choice == "auto":
         return (found.name, found) if found else (None, None)
     return choice, found if found and found.name == choice else None
+
+
+def _unreachable(e: NotAnEngine) -> bool:
+    return any(word in str(e).lower() for word in ("refused", "timed out"))
 
 
 def _try(url: str) -> Found | NotAnEngine:

@@ -26,7 +26,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -81,22 +81,26 @@ def serve(store, listen, upstreams, admin_token_file, upstream_key_file, public_
         raise UsageError(str(e)) from None
     admin = read_secret(admin_token_file, "--admin-token-file")
     key = read_secret(upstream_key_file, "--upstream-key-file") if upstream_key_file else None
-    from forge_record import engine_probe
-
-    name, found = engine_probe.resolve(engine, [u.url for u in ups.all], _say)
     run_gateway(store_url(store), ups, host, port, admin_token=admin, upstream_key=key,
                 public_url=public_url, drain_timeout=drain_timeout, log_calls=log_calls,
                 redact=not no_redact_bodies, verbose=verbose,
-                engine=EngineSetting(name, top_logprobs, engine_probe.session_tags(name, found)))
+                engine=EngineSetting(engine, top_logprobs))
 
 
 @dataclass(frozen=True)
 class EngineSetting:
-    """The engine the gateway asks for tokens (None: none), and its sessions' tags."""
+    """`--engine` (auto, vllm, sglang, none) and `--top-logprobs`."""
 
-    name: str | None = None
+    choice: str = "none"
     top_logprobs: int = 0
-    tags: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, urls: list[str]) -> tuple[str | None, dict[str, str]]:
+        """(the engine the gateway asks for tokens, or None; its sessions' tags), after one
+        probe of the upstreams (forge_record.engine_probe)."""
+        from forge_record import engine_probe
+
+        name, found = engine_probe.resolve(self.choice, urls, _say)
+        return name, engine_probe.session_tags(name, found)
 
 
 def _say(line: str) -> None:
@@ -145,10 +149,11 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         gateway = Gateway(store, writer, ups, admin_token=admin_token,
                           public_url=public_url or "", upstream_key=upstream_key)
         engine = engine or EngineSetting()
-        gateway.engine_tags = dict(engine.tags)
+        # once the store is known to answer, before the proxy runs: no call waits on it
+        engine_name, gateway.engine_tags = engine.resolve([u.url for u in ups.all])
         metrics = Metrics(gateway.pending, lambda: len(writer._backlog), lambda: gateway.lost)
         # Calls without a session never reach a sink; those with one carry their own.
-        recorder = Recorder(_unowned, record_any_host=True, engine=engine.name,
+        recorder = Recorder(_unowned, record_any_host=True, engine=engine_name,
                             top_logprobs=engine.top_logprobs)
         addon = GatewayAddon(gateway, WebSocketRecorder(recorder), metrics, log_calls)
         proxy = InProcessProxy(addon, mode=f"reverse:{ups.all[0].url}",
