@@ -59,8 +59,8 @@ def test_run_warns_once_per_session(capsys):
 
 
 def test_show_prints_the_drift_alarm():
-    from forge_record.lineage import analyze
     from forge_record.exporters.tokens import drift
+    from forge_record.lineage import analyze
     from forge_record.records import Message, Request, Session, Text, Tokens
     from forge_record.viewer import build_view
     from forge_record.viewer.terminal import render_text
