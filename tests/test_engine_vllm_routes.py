@@ -51,6 +51,7 @@ def test_completions_through_the_proxy(vllm_url, tmp_path, stream, agent):  # no
 
 def test_doctor_names_the_logprob_mode_and_why(vllm_url):  # noqa: F811
     result = CliRunner().invoke(doctor, ["--engine", vllm_url])
+    print(result.output)  # the finding, in the -s or -rA log
     assert result.exit_code == 0, result.output
     assert "ok   engine: vllm 0.32.0" in result.output
     assert re.search(r"logprob mode: (raw|processed): the top-2 logprob gap is [\d.]+ at "
