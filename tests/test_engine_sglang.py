@@ -105,3 +105,15 @@ def test_cumulative_lines_repeat_the_whole_answer():
         lines = sse_data(generate(mock, stream=True))
     assert [len(x["output_ids"]) for x in lines] == sorted(len(x["output_ids"]) for x in lines)
     assert lines[-1]["output_ids"] == ANSWER
+
+
+def test_sglangs_chat_puts_prompt_ids_in_the_choice():
+    """SGLang's OpenAI chat answers `prompt_token_ids` per choice, and only non-streamed."""
+    from forge_record.decoders.openai_chat import DIALECT as CHAT
+
+    answer = {"id": "c", "object": "chat.completion", "model": "m", "choices": [{
+        "index": 0, "message": {"role": "assistant", "content": "hi"},
+        "finish_reason": "stop", "prompt_token_ids": [1, 2, 3], "token_ids": [7, 8]}]}
+    response, complete = decode_chunks(CHAT, "application/json", [orjson.dumps(answer)])
+    assert complete and response.tokens.prompt_ids == [1, 2, 3]
+    assert response.tokens.ids == [7, 8]
