@@ -222,7 +222,8 @@ def _follow(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
 
 class SGLangGenerate(Dialect):
     name = "sglang.generate"
-    routes = {"/generate": "model"}
+    # …/generate, but not vLLM's token route …/inference/v1/generate (another shape)
+    routes = {"(?<!/v1)/generate": "model"}
     body_keys = (b'"input_ids"', b'"sampling_params"')
 
     def parse_request(self, body: bytes) -> Request:
