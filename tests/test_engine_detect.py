@@ -57,11 +57,11 @@ def test_a_named_engine_is_asked_whatever_the_probe_says():
     assert engine_probe.resolve("none", ["http://x"], lambda _: None) == (None, None)
 
 
-def test_run_probes_only_with_an_upstream(capsys):
-    route = Route("reverse", "reverse:http://127.0.0.1:1")
-    assert pick_engine(route, None, 0) is None and route.engine is None
+def test_run_probes_only_when_told(capsys):
     with engine_mock(engine="sglang") as mock:
-        route.upstreams = {"api.openai.com": mock.url}
-        found = pick_engine(route, None, 3)
+        route = Route("reverse", "reverse:http://127.0.0.1:1", {"api.openai.com": mock.url})
+        assert pick_engine(route, None, 0) is None and route.engine is None
+        assert mock.requests == []  # no --engine: the upstream is left alone
+        found = pick_engine(route, "auto", 3)
     assert route.engine == "sglang" and route.top_logprobs == 3 and found.name == "sglang"
     assert "sglang 0.5.6" in capsys.readouterr().err

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import getpass
-import logging
 import os
 import secrets
 import shutil
@@ -53,7 +52,7 @@ from forge_record.redact.argv import mask_argv
     "--engine", type=click.Choice(["auto", "vllm", "sglang", "none"]),
     help="The model server is this engine: Chat Completions, Completions and SGLang "
     "/generate calls ask it for token ids and logprobs, which are recorded and kept from "
-    "the agent. auto (the default with --upstream): probe the upstreams once at start.",
+    "the agent. auto: probe the --upstream URLs once at start. Default: none.",
 )
 @click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
               help="With --engine: alternatives recorded per sampled token.")
@@ -113,19 +112,15 @@ class Route:
 
 def pick_engine(route: Route, engine: str | None, top_logprobs: int
                 ) -> engine_probe.Found | None:
-    """Set the route's engine from `--engine` (auto when upstreams are given and it is not):
-    the upstreams are probed once, before the proxy starts; what was found is returned."""
+    """Set the route's engine from `--engine` (none unless told: `run` mostly records
+    provider APIs, which a probe would only bother): the upstreams are probed once, before
+    the proxy starts; what was found is returned."""
     urls = list(dict.fromkeys(route.upstreams.values()))
-    choice = engine or ("auto" if urls else "none")
-    quiet = engine is None  # an upstream that is no engine is the common case: said at -v
 
     def say(line: str) -> None:
-        if quiet and "not an engine" in line:
-            logging.getLogger("forge_record").info("forge-record: %s", line)
-        else:
-            click.echo(f"forge-record: {line}", err=True)
+        click.echo(f"forge-record: {line}", err=True)
 
-    route.engine, found = engine_probe.resolve(choice, urls, say)
+    route.engine, found = engine_probe.resolve(engine or "none", urls, say)
     route.top_logprobs = top_logprobs
     return found
 
