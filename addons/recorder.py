@@ -8,10 +8,11 @@ capture's tee, so every response, streamed or not, passes through chunk by chunk
 queue). Traffic that is not recorded still streams through untouched. In regular (forward)
 mode only model hosts are TLS-intercepted; every other host is tunnelled as is.
 
-With `engine` set (the model server is vLLM or SGLang), a Chat Completions call asks it for
-its token ids and logprobs, and the answer is passed on with what the agent did not ask for
-taken out again (forge_record.engine): the one case where the agent's bytes are edited, so
-that the record holds the tokens the policy sampled while the agent sees what it asked for.
+With `engine` set (the model server is vLLM or SGLang), a Chat Completions, Completions or
+SGLang `/generate` call asks it for its token ids and logprobs, and the answer is passed on
+with what the agent did not ask for taken out again (forge_record.engine): the one case
+where the agent's bytes are edited, so that the record holds the tokens the policy sampled
+while the agent sees what it asked for.
 
 With `engine` set, a call in a dialect the bridge translates (forge_record.bridge: Anthropic
 Messages, ...) is sent to the engine as a Chat Completions call, and the engine's answer goes
@@ -110,8 +111,8 @@ class Recorder:
         if self.engine and bridged.bridges(dialect, path):
             self._bridge(flow, dialect, body, logical_url, path, headers, host)
             return
-        if self.engine and dialect.name == "openai.chat":
-            body = self._ask_for_tokens(flow, body)
+        if self.engine and dialect.name in engines.DIALECTS:
+            body = self._ask_for_tokens(flow, body, dialect.name)
         flow.metadata[_META] = Capture(
             dialect,
             seq=next(self._seq),
@@ -143,8 +144,8 @@ class Recorder:
             resp.headers.get("content-type", ""),
             resp.headers.get("content-encoding", ""),
         )
-        asked: engines.Asked | None = flow.metadata.get(_ASKED)
-        resp.stream = capture.tee if asked is None else _stripped(capture, resp, asked)
+        asked = flow.metadata.get(_ASKED)
+        resp.stream = capture.tee if asked is None else _stripped(capture, resp, *asked)
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, None)
@@ -206,15 +207,16 @@ class Recorder:
         target = self.upstreams.get(host)
         return urlsplit(target).path if target is not None else ""
 
-    def _ask_for_tokens(self, flow: http.HTTPFlow, body: bytes) -> bytes:
+    def _ask_for_tokens(self, flow: http.HTTPFlow, body: bytes, dialect: str) -> bytes:
         """The body sent to the engine, and recorded: what the agent sent, asking for token
         ids and logprobs too."""
         if flow.request.headers.get("content-encoding"):
             return body  # an encoded request body is sent on as it is
-        asking = engines.ask_for_tokens(body, self.top_logprobs)
+        asking = engines.ask_for_tokens(body, self.top_logprobs, dialect)
         if asking is None:
             return body
-        flow.request.content, flow.metadata[_ASKED] = asking  # Content-Length follows
+        flow.request.content, asked = asking  # Content-Length follows
+        flow.metadata[_ASKED] = (asked, dialect)
         return asking[0]
 
     def _redirect(self, flow: http.HTTPFlow, host: str) -> None:
@@ -229,13 +231,13 @@ class Recorder:
         req.path = url.path + req.path
 
 
-def _stripped(capture: Capture, resp: http.Response, asked: engines.Asked):
+def _stripped(capture: Capture, resp: http.Response, asked: engines.Asked, dialect: str):
     """The stream callable for an engine's answer: the capture keeps the engine's bytes, the
     agent gets them less what it did not ask for. An encoded body cannot be edited as it
     flows, so the agent then gets the engine's fields as they are."""
     if resp.headers.get("content-encoding"):
         return capture.tee
-    strip = engines.Strip(asked, is_event_stream(resp.headers.get("content-type", "")))
+    strip = engines.Strip(asked, is_event_stream(resp.headers.get("content-type", "")), dialect)
     if "content-length" in resp.headers:  # the edited body's length is known only at its end
         del resp.headers["content-length"]
         if resp.http_version == "HTTP/1.1":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from forge_record import tokens_check
 from forge_record.decoders import dialect_named
 from forge_record.decoders.base import Dialect, ResponseDecoder
 from forge_record.records import (
@@ -47,6 +48,7 @@ def finalize(exchange: Exchange, redactor: Redactor | None = None) -> Exchange:
         except Exception as e:  # noqa: BLE001 - keep the raw body, flag the record
             exchange.flags.append("request_decode_error")
             log.warning("forge-record: cannot parse request to %s: %r", exchange.url, e)
+    tokens_check.check(exchange)  # an engine's tokens: missing or disagreeing
     if redactor is not None:
         _redact_record(exchange, redactor)
     return exchange

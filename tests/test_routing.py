@@ -19,6 +19,8 @@ ROUTES = [
     ("/v1/messages/count_tokens", "anthropic.messages", "side"),
     ("/v1/chat/completions", "openai.chat", "model"),
     ("/v1/responses", "openai.responses", "model"),
+    ("/v1/completions", "openai.completions", "model"),
+    ("/generate", "sglang.generate", "model"),
     ("/v1/responses/compact", "openai.responses", "side"),
     ("/v1beta/models/gemini-2.5-flash:generateContent", "gemini.generate", "model"),
     ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", "gemini.generate", "model"),
@@ -96,11 +98,12 @@ def test_clients_paths(path, name, kind):
 
 
 @pytest.mark.parametrize("path", [
-    "/v1/messages/batches", "/v1/complete", "/v1/models", "/v1/completions",
+    "/v1/messages/batches", "/v1/complete", "/v1/models", "/v1/xcompletions",
     "/v1/chat/completions/chatcmpl-123", "/v1/responses/resp_123/cancel",
     "/v1internal:onboardUser", "/log?format=json", "/v1beta/models",
-    "/v1/xmessages", "/v2/messages", "/v1/xchat/completions", "/v1/chat/xcompletions",
-    "/v1/xresponses", "/v1/responses/resp_1", "/v1/responses/input_tokens",
+    "/v1/xmessages", "/v2/messages", "/v1/chat/xcompletions", "/xgenerate",
+    "/inference/v1/generate", "/v1/xresponses", "/v1/responses/resp_1",
+    "/v1/responses/input_tokens",
     "/v1beta/xmodels/g:generateContent", "/v1beta/models/g:xgenerateContent",
     "/v1beta/models/g:embedContent", "/v1beta/models/g", "/v1internal:loadCodeAssist",
     "/xv1internal:generateContent", "/v1beta/models/v1internal:countTokens/x",

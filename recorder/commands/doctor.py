@@ -101,10 +101,22 @@ class Report:
 @click.option("--mode", type=click.Choice(["auto", "forward", "reverse"]), default="auto",
               show_default=True, help="The routing mode to examine.")
 @click.option("--no-self-test", is_flag=True, help="Skip the offline self-test.")
+@click.option("--engine", "engine_url", metavar="URL",
+              help="Check this engine (vLLM, SGLang) instead: its version and models, and "
+              "whether its logprobs are raw or processed.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def doctor(harness, mode, no_self_test, command) -> None:
+def doctor(harness, mode, no_self_test, engine_url, command) -> None:
     """Show how CMD would be recorded, and test the record path offline."""
     argv, environ, report = list(command), dict(os.environ), Report()
+    if engine_url:
+        from forge_record.commands.doctor_engine import check_engine
+
+        click.echo(f"forge-record doctor --engine {engine_url}")
+        check_engine(engine_url, report)
+        click.echo("result: " + report.result())
+        if report.failed:
+            raise SystemExit(1)
+        return
     shim = pick_shim(harness, argv)
     _describe_command(argv, environ, shim, report, harness)
     try:

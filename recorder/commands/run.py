@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from forge_record import config, harness_shims, launch, trust
+from forge_record import config, engine_probe, harness_shims, launch, trust
 from forge_record.commands.common import key_value, open_store, store_option
 from forge_record.commands.sessions import counted
 from forge_record.errors import StoreError, UsageError
@@ -49,9 +49,10 @@ from forge_record.redact.argv import mask_argv
     "Repeatable.",
 )
 @click.option(
-    "--engine", type=click.Choice(["vllm", "sglang"]),
-    help="The model server is this engine: Chat Completions calls ask it for token ids and "
-    "logprobs, which are recorded and kept from the agent.",
+    "--engine", type=click.Choice(["auto", "vllm", "sglang", "none"]),
+    help="The model server is this engine: Chat Completions, Completions and SGLang "
+    "/generate calls ask it for token ids and logprobs, which are recorded and kept from "
+    "the agent. auto: probe the --upstream URLs once at start. Default: none.",
 )
 @click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
               help="With --engine: alternatives recorded per sampled token.")
@@ -94,13 +95,14 @@ def run(store, mode, harness, upstream, engine, top_logprobs, engine_model, engi
         token = rollout.admin_token(gateway_token_file, dict(os.environ))
         sys.exit(rollout.run_in_session(gateway, token, shim.name, argv, tag, meta))
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
-    route.engine, route.top_logprobs = engine, top_logprobs
-    if engine:
+    found = pick_engine(route, engine, top_logprobs)
+    if route.engine:
         route.engine_model = engine_model or served_model(engine_urls(route))
         route.engine_params = {k: _json_or_text(v) for k, v in engine_params.items()}
     redactor = None if no_redact_bodies else config.redactor(home())
     # Tag values are redacted even with --no-redact-bodies: they are not bodies.
-    tags = (redactor or config.redactor(home())).tags(tag)
+    tags = (redactor or config.redactor(home())).tags(
+        {**engine_probe.session_tags(route.engine, found), **tag})
     exit_code = record(
         argv, shim, route, store_url(store),
         tags=tags, settings=settings, verbose=verbose, redactor=redactor,
@@ -152,6 +154,21 @@ def served_model(urls) -> str | None:
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
     return None
+
+
+def pick_engine(route: Route, engine: str | None, top_logprobs: int
+                ) -> engine_probe.Found | None:
+    """Set the route's engine from `--engine` (none unless told: `run` mostly records
+    provider APIs, which a probe would only bother): the upstreams are probed once, before
+    the proxy starts; what was found is returned."""
+    urls = list(dict.fromkeys(engine_urls(route)))
+
+    def say(line: str) -> None:
+        click.echo(f"forge-record: {line}", err=True)
+
+    route.engine, found = engine_probe.resolve(engine or "none", urls, say)
+    route.top_logprobs = top_logprobs
+    return found
 
 
 def plan_route(shim: Shim, mode: str, environ: dict[str, str], upstreams: dict[str, str],
@@ -258,7 +275,8 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
         try:
             s = store.session_summary(session_id)
             # the counts `sessions` and `show` print (forge_record.lineage.usage)
-            s = counted(s, session_usage(store.iter_exchanges(session_id), s["harness"]))
+            exchanges = list(store.iter_exchanges(session_id))
+            s = counted(s, session_usage(exchanges, s["harness"]))
         finally:
             store.close()
     except StoreError as e:  # the agent's exit code still wins
@@ -277,6 +295,20 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
     if lost:
         parts.append(f"{lost} exchanges NOT stored (see warnings)")
     click.echo("forge-record: " + " · ".join(parts), err=True)
+    _warn_tokens(exchanges)
+
+
+def _warn_tokens(exchanges) -> None:
+    """Once per session: calls an engine answered without the token ids it was asked for
+    (an engine that ignores `return_token_ids`), or with tokens that disagree."""
+    from forge_record.tokens_check import TOKENS_MISMATCH, TOKENS_MISSING
+
+    for flag, what in ((TOKENS_MISSING, "without the token ids asked for (an engine that "
+                        "ignores return_token_ids?); recorded at message level only"),
+                       (TOKENS_MISMATCH, "with token ids and logprobs that disagree")):
+        if n := sum(flag in e.flags for e in exchanges):
+            click.echo(click.style(f"forge-record: warning: {count(n, 'engine call')} "
+                                   f"answered {what} [{flag}]", fg="yellow"), err=True)
 
 
 def _warn_nothing_recorded(argv: list[str], shim: Shim, route: Route, environ: dict[str, str]

@@ -2,11 +2,17 @@
 
     forge-record serve --store URL --upstream URL [--upstream URL ...] --admin-token-file F
                        [--listen 127.0.0.1:8080] [--public-url URL] [--upstream-key-file F]
+                       [--engine auto|vllm|sglang|none] [--top-logprobs N]
 
 The same in-process mitmproxy, recording addons and writer process as `forge-record run`, in
 reverse mode, with forge_record.addons.gateway in front (docs/ROLLOUTS.md). It listens on
 127.0.0.1 unless `--listen` says otherwise. It refuses to start, with one line, when the store
 cannot be opened, no upstream is given, or a token file is missing or empty.
+
+`--engine` (default `auto`: the upstreams are probed once at start, forge_record.engine_probe)
+makes Chat Completions, Completions and SGLang `/generate` calls ask the engine for its token
+ids and logprobs, as `run --engine` does (docs/ENGINES.md); each session is tagged with the
+engine's name and version.
 
 SIGTERM (and Ctrl-C) drains: new calls get 503 and /readyz says not ready, calls in flight
 (streams and WebSockets included) run to their end (at most `--drain-timeout` seconds), the
@@ -20,6 +26,7 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -50,11 +57,17 @@ DEFAULT_LISTEN = "127.0.0.1:8080"
               "sessions' base URLs start with it. Default: http://LISTEN.")
 @click.option("--drain-timeout", type=float, default=60.0, show_default=True,
               help="On SIGTERM, how long calls in flight may take to end.")
+@click.option("--engine", type=click.Choice(["auto", "vllm", "sglang", "none"]), default="auto",
+              show_default=True,
+              help="The upstreams are this engine: calls ask it for token ids and logprobs, "
+              "recorded and kept from the agent. auto: probe the upstreams once at start.")
+@click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
+              help="With an engine: alternatives recorded per sampled token.")
 @click.option("--log-calls", is_flag=True, help="Write one JSON line per call to stderr.")
 @click.option("--no-redact-bodies", is_flag=True, help="Keep secrets found inside bodies.")
 @click.option("-v", "--verbose", count=True, help="Log what the gateway does (-vv: more).")
 def serve(store, listen, upstreams, admin_token_file, upstream_key_file, public_url,
-          drain_timeout, log_calls, no_redact_bodies, verbose) -> None:
+          drain_timeout, engine, top_logprobs, log_calls, no_redact_bodies, verbose) -> None:
     """Record many rollout sessions as a shared reverse-proxy gateway."""
     setup_logging(verbose)
     host, port = parse_listen(listen)
@@ -70,7 +83,28 @@ def serve(store, listen, upstreams, admin_token_file, upstream_key_file, public_
     key = read_secret(upstream_key_file, "--upstream-key-file") if upstream_key_file else None
     run_gateway(store_url(store), ups, host, port, admin_token=admin, upstream_key=key,
                 public_url=public_url, drain_timeout=drain_timeout, log_calls=log_calls,
-                redact=not no_redact_bodies, verbose=verbose)
+                redact=not no_redact_bodies, verbose=verbose,
+                engine=EngineSetting(engine, top_logprobs))
+
+
+@dataclass(frozen=True)
+class EngineSetting:
+    """`--engine` (auto, vllm, sglang, none) and `--top-logprobs`."""
+
+    choice: str = "none"
+    top_logprobs: int = 0
+
+    def resolve(self, urls: list[str]) -> tuple[str | None, dict[str, str]]:
+        """(the engine the gateway asks for tokens, or None; its sessions' tags), after one
+        probe of the upstreams (forge_record.engine_probe)."""
+        from forge_record import engine_probe
+
+        name, found = engine_probe.resolve(self.choice, urls, _say)
+        return name, engine_probe.session_tags(name, found)
+
+
+def _say(line: str) -> None:
+    click.echo(f"forge-record serve: {line}", err=True)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -92,7 +126,8 @@ def read_secret(path: str, option: str) -> str:
 
 def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
                 upstream_key: str | None, public_url: str | None, drain_timeout: float,
-                log_calls: bool = False, redact: bool, verbose: int) -> None:
+                log_calls: bool = False, redact: bool, verbose: int,
+                engine: EngineSetting | None = None) -> None:
     from forge_record.addons.gateway import GatewayAddon
     from forge_record.addons.proxy import InProcessProxy
     from forge_record.addons.recorder import Recorder
@@ -113,9 +148,13 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         writer.ready()
         gateway = Gateway(store, writer, ups, admin_token=admin_token,
                           public_url=public_url or "", upstream_key=upstream_key)
+        engine = engine or EngineSetting()
+        # once the store is known to answer, before the proxy runs: no call waits on it
+        engine_name, gateway.engine_tags = engine.resolve([u.url for u in ups.all])
         metrics = Metrics(gateway.pending, lambda: len(writer._backlog), lambda: gateway.lost)
         # Calls without a session never reach a sink; those with one carry their own.
-        recorder = Recorder(_unowned, record_any_host=True)
+        recorder = Recorder(_unowned, record_any_host=True, engine=engine_name,
+                            top_logprobs=engine.top_logprobs)
         addon = GatewayAddon(gateway, WebSocketRecorder(recorder), metrics, log_calls)
         proxy = InProcessProxy(addon, mode=f"reverse:{ups.all[0].url}",
                                confdir=trust.confdir(home()), listen=(host, port),

@@ -7,16 +7,26 @@ alike. Matching is cheap and reads only the method and the path.
 
 from __future__ import annotations
 
-from forge_record.decoders import anthropic_messages, gemini, openai_chat, openai_responses
+from forge_record.decoders import (
+    anthropic_messages,
+    gemini,
+    openai_chat,
+    openai_completions,
+    openai_responses,
+    sglang_generate,
+)
 from forge_record.decoders.base import Dialect, ResponseDecoder, routable
 
 # Matching is by the end of the path, so order would matter only if two dialects' routes
 # could overlap; these (…/v1/messages, …/chat/completions, …/responses, …/models/M:method,
-# …/v1internal:method) do not (tests/test_routing.py checks every pair).
+# …/v1internal:method, …/completions but not …/chat/completions, …/generate) do not
+# (tests/test_routing.py checks every pair).
 DIALECTS: tuple[Dialect, ...] = (
     anthropic_messages.DIALECT,
     openai_chat.DIALECT,  # …/chat/completions
     openai_responses.DIALECT,
+    openai_completions.DIALECT,  # …/completions (engines: vLLM, SGLang)
+    sglang_generate.DIALECT,  # SGLang's native …/generate
     *gemini.DIALECTS,  # …/models/{model}:{method} and …/v1internal:{method}
 )
 

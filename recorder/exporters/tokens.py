@@ -15,7 +15,9 @@ A line: `session_id`, `thread`, `segment` (0, 1, ... within the thread), `group_
 `task_id` (session tags or label tags of those names), `reward` (the session label's),
 `seqs` (the calls merged), `prompt_ids`, `response_ids`, `response_mask`,
 `rollout_log_probs` (null when a merged call came without logprobs) and `weight_versions`
-(per call, from its `x-weight-version` request header; null where none was sent).
+(per call: its `x-weight-version` request header, else the engine's own (SGLang's
+`meta_info.weight_version`), else the session's `weight_version` tag (serve's session
+metadata); null where none says).
 docs/EXPORT.md maps them to veRL's and slime's fields.
 """
 
@@ -26,7 +28,9 @@ from typing import IO, Any
 
 from forge_record.exporters.base import JsonLines, Options, Tally
 from forge_record.exporters.units import SessionData, ThreadInfo, threads
+from forge_record.lineage import Lineage
 from forge_record.records import Exchange, Tokens
+from forge_record.tokens_check import TOKENS_MISMATCH, TOKENS_MISSING
 
 WEIGHT_VERSION_HEADER = "x-weight-version"
 
@@ -46,7 +50,8 @@ class Row:
         return (len(prompt_ids) >= have and prompt_ids[: len(self.prompt_ids)] == self.prompt_ids
                 and prompt_ids[len(self.prompt_ids) : have] == self.response_ids)
 
-    def add(self, ex: Exchange, tokens: Tokens, inserted: list[int]) -> None:
+    def add(self, ex: Exchange, tokens: Tokens, inserted: list[int],
+            session_version: str | None = None) -> None:
         ids = tokens.ids or []
         self.response_ids += inserted + ids
         self.response_mask += [0] * len(inserted) + [1] * len(ids)
@@ -55,28 +60,65 @@ class Row:
         else:
             self.log_probs = None
         self.seqs.append(ex.seq)
-        self.weight_versions.append(ex.request_headers.get(WEIGHT_VERSION_HEADER))
+        self.weight_versions.append(weight_version(ex) or session_version)
 
 
-def token_rows(kept: list[Exchange], tally: Tally) -> list[Row]:
+def weight_version(ex: Exchange) -> str | None:
+    """The weights a call was sampled with, as the trainer or the engine says."""
+    engine_own = ex.response.extras.get("weight_version") if ex.response else None
+    found = ex.request_headers.get(WEIGHT_VERSION_HEADER) or engine_own
+    return str(found) if found is not None else None
+
+
+def token_rows(kept: list[Exchange], tally: Tally, session_version: str | None = None
+               ) -> list[Row]:
     """The thread's calls with engine tokens, merged into rows (see the module docstring)."""
     rows: list[Row] = []
     for ex in kept:
         tokens = ex.response.tokens if ex.response else None
+        if TOKENS_MISMATCH in ex.flags:  # kept as the engine sent them
+            tally.converted[f"calls flagged {TOKENS_MISMATCH}"] += 1
         if tokens is None or tokens.prompt_ids is None or tokens.ids is None:
-            tally.skipped["calls without engine tokens"] += 1
+            why = f"flagged {TOKENS_MISSING}" if TOKENS_MISSING in ex.flags else \
+                "without engine tokens"
+            tally.skipped[f"calls {why}"] += 1
             continue
         row = rows[-1] if rows else None
         if row is not None and row.extends(tokens.prompt_ids):
             have = len(row.prompt_ids) + len(row.response_ids)
-            row.add(ex, tokens, tokens.prompt_ids[have:])
-            tally.converted["calls merged into the previous call's row"] += 1
+            row.add(ex, tokens, tokens.prompt_ids[have:], session_version)
+            tally.converted[MERGED] += 1
             continue
         if row is not None:
-            tally.converted["prefix breaks (a new segment)"] += 1
+            tally.converted[BROKE] += 1
         rows.append(Row(prompt_ids=list(tokens.prompt_ids)))
-        rows[-1].add(ex, tokens, [])
+        rows[-1].add(ex, tokens, [], session_version)
     return rows
+
+
+MERGED = "calls merged into the previous call's row"
+BROKE = "prefix breaks (a new segment)"
+
+
+def drift(exchanges: list[Exchange], lineage: Lineage) -> dict[str, int] | None:
+    """A session's drift alarm, for `show` and `view`: of its calls with engine tokens, how
+    many merged into the previous call's row and how many broke the prefix (first attempts
+    of each thread, as the export merges them), and how many were flagged. None when no
+    call went to an engine."""
+    by_seq = {e.seq: e for e in exchanges}
+    flagged = {f: sum(f in e.flags for e in exchanges) for f in (TOKENS_MISSING,
+                                                                  TOKENS_MISMATCH)}
+    with_tokens = sum(1 for e in exchanges if e.response and e.response.tokens)
+    if not with_tokens and not any(flagged.values()):
+        return None
+    tally = Tally()
+    for thread in lineage.threads:
+        if thread.id == "side":
+            continue
+        token_rows([by_seq[s] for s in thread.calls if lineage.calls[s].retry_of is None
+                    and s in by_seq], tally)
+    return {"calls": with_tokens, "merged": tally.converted[MERGED],
+            "prefix_breaks": tally.converted[BROKE], **flagged}
 
 
 class Exporter:
@@ -89,7 +131,8 @@ class Exporter:
 
     def write_session(self, data: SessionData) -> None:
         for thread, kept in threads(data, self.options, self.tally):
-            for segment, row in enumerate(token_rows(kept, self.tally)):
+            rows = token_rows(kept, self.tally, _tag(data, "weight_version"))
+            for segment, row in enumerate(rows):
                 self.lines.write(line(data, thread, segment, row))
                 self.tally.exported += 1
 

@@ -87,6 +87,7 @@ class Gateway:
         self.lost = 0  # exchanges that could not be numbered (the store did not answer)
         self.draining = False
         self._closing = threading.Event()
+        self.engine_tags: dict[str, str] = {}  # every session's: the engine's name, version
 
     # --- for the event loop --------------------------------------------------------------
 
@@ -234,10 +235,11 @@ class Gateway:
         sid = keys.derive(self._secret, "session", request_id, 16) if request_id \
             else secrets.token_hex(8)
         token = keys.session_token(self._secret, sid)
-        session_tags = {k: str(meta[k]) for k in ("task_id", "group_id", "attempt")
-                        if meta.get(k) is not None}
+        session_tags = {k: str(meta[k]) for k in ("task_id", "group_id", "attempt",
+                                                  "weight_version") if meta.get(k) is not None}
         session = Session(id=sid, harness=harness, argv=[], host=socket.gethostname(),
-                          tags={**session_tags, **tags}, started_at=time.time())
+                          tags={**self.engine_tags, **session_tags, **tags},
+                          started_at=time.time())
         with self.store.transaction(f"create session {sid}") as conn:
             created = rows.get(conn, sid) is None
             if created:

@@ -66,9 +66,10 @@ NOT_FOUND = Reply.json({"error": {"type": "not_found_error", "message": "no such
 
 
 def default_routes() -> list[Route]:
-    from forge_record.mock import anthropic, gemini, openai
+    from forge_record.mock import anthropic, gemini, openai, sglang, vllm
 
-    return [*anthropic.ROUTES, *gemini.ROUTES, *openai.ROUTES]
+    # vllm and sglang answer only when options["engine"] names them
+    return [*anthropic.ROUTES, *gemini.ROUTES, *openai.ROUTES, *vllm.ROUTES, *sglang.ROUTES]
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from forge_record.exporters.tokens import drift
 from forge_record.lineage import Call, Lineage, Thread, analyze, tokens_in
 from forge_record.lineage.fingerprint import BILLING_PREFIX
 from forge_record.lineage.signals import message_hash
@@ -125,6 +126,8 @@ class View:
     usage: dict[str, Any]  # lineage usage: conversation spend, retries, side calls apart
     threads: list[ThreadView]
     fingerprints: list[FingerprintView]
+    # engine calls: with tokens, merged, prefix breaks, flags (exporters.tokens.drift)
+    engine: dict[str, int] | None = None
 
 
 def build_view(session: Session, exchanges: list[Exchange],
@@ -143,6 +146,7 @@ def build_view(session: Session, exchanges: list[Exchange],
         usage=lineage.usage,
         threads=[_thread_view(t, depth, calls) for t, depth in _tree(lineage.threads)],
         fingerprints=_fingerprints(lineage, by_seq, names),
+        engine=drift(exchanges, lineage),
     )
 
 

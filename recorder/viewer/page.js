@@ -56,6 +56,12 @@
     head.append(el("div", "meta", `tokens: ${tokens(u)}`));
     const tags = Object.entries(s.tags || {});
     if (tags.length) head.append(el("div", "meta", "tags: " + tags.map(([k, v]) => `${k}=${v}`).join(", ")));
+    const e = D.engine;  // the drift alarm (forge_record.exporters.tokens.drift)
+    if (e) {
+      const flagged = ["tokens_missing", "tokens_mismatch"].filter((f) => e[f]).map((f) => ` · ${e[f]} ${f}`);
+      head.append(el("div", "meta", `engine tokens: ${count(e.calls, "call")} · ${e.merged} merged · ` +
+        `${count(e.prefix_breaks, "prefix break")}${flagged.join("")}`));
+    }
   }
 
   function drawTree() {

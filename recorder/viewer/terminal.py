@@ -130,11 +130,21 @@ def _header(view: View) -> Iterator[str]:
     yield f"  tokens: {_tokens(u)}; side calls {_tokens(u['side'])}"
     if s.get("tags"):
         yield "  tags: " + ", ".join(f"{k}={v}" for k, v in s["tags"].items())
+    if view.engine:
+        yield "  engine tokens: " + engine_line(view.engine)
     used = {c.fingerprint for t in view.threads for c in t.calls if c.role != "side"}
     for fp in (f for f in view.fingerprints if f.id in used):
         yield (f"  fingerprint: {fp.harness or '-'} {fp.version or '-'} {fp.model or '-'}"
                f" · system {short(fp.system_hash)} · tools {short(fp.tools_hash)}"
                f" · {plural(len(fp.betas), 'beta')}")
+
+
+def engine_line(e: dict[str, int]) -> str:
+    """The drift alarm: calls merged, prefix breaks, calls flagged."""
+    parts = [plural(e["calls"], "call"), f"{e['merged']} merged",
+             plural(e["prefix_breaks"], "prefix break")]
+    parts += [f"{e[f]} {f}" for f in ("tokens_missing", "tokens_mismatch") if e.get(f)]
+    return " · ".join(parts)
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:
