@@ -8,7 +8,8 @@ reverse mode, with forge_record.addons.gateway in front (docs/ROLLOUTS.md). It l
 127.0.0.1 unless `--listen` says otherwise. It refuses to start, with one line, when the store
 cannot be opened, no upstream is given, or a token file is missing or empty.
 
-SIGTERM (and Ctrl-C) drains: new calls get 503 and /readyz says not ready, calls in flight
+SIGTERM (and Ctrl-C) drains: the listener closes (new connections are refused, so a balancer
+sends them elsewhere), a new call on a connection kept open gets 503, calls in flight
 (streams and WebSockets included) run to their end (at most `--drain-timeout` seconds), the
 exchanges are numbered and the writer process writes them all, then it exits 0.
 """
@@ -131,6 +132,7 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         stop.wait()
         click.echo("forge-record serve: draining", err=True)
         gateway.draining = True
+        proxy.stop_listening()
         deadline = time.monotonic() + drain_timeout
         while addon.inflight > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
