@@ -30,6 +30,7 @@ from forge_record.exporters.trajectories import trajectory
 from forge_record.exporters.units import load_session, threads
 from forge_record.gateway import keys
 from forge_record.gateway.env import session_env
+from forge_record.gateway.known import KnownSessions
 from forge_record.gateway.upstreams import Upstreams
 from forge_record.records import Exchange, Session
 from forge_record.store import gateway as rows
@@ -79,11 +80,11 @@ class Gateway:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="forge-record-gateway")
         self._lock = threading.Lock()
         self._delivering: dict[str, int] = {}  # session -> exchanges handed to the pool
-        # While the store is down, exchanges wait here, in order, to be numbered; sessions
-        # seen open before keep being served from `_known` (token hash -> session row).
+        # While the store is down, exchanges wait here, in order, to be numbered.
         self._waiting: deque[tuple[str, Exchange]] = deque()
         self._retrying: threading.Thread | None = None
-        self._known: dict[str, dict[str, Any]] = {}
+        # Sessions read lately: calls skip the store lookup, and go on through an outage.
+        self.known = KnownSessions()
         self.lost = 0  # exchanges that could not be numbered (the store did not answer)
         self.draining = False
         self._closing = threading.Event()
@@ -133,6 +134,16 @@ class Gateway:
         return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
                                                                   self._secret.encode())
 
+    def cached(self, named: keys.Named) -> Resolved | None:
+        """On the event loop: the call's session from a row read less than KnownSessions'
+        TTL ago, or Refused; None when the store must be asked (`resolve`)."""
+        if named.token is None:
+            return None
+        row = self.known.fresh(rows.token_hash(named.token))
+        if row is None or row["keyed_by"] is None:
+            return None
+        return _admit(row, named)
+
     def resolve(self, named: keys.Named) -> Resolved:
         """The session a proxied call belongs to, or Refused (401: no valid token; 403: the
         token is another session's; 409: the session has finished)."""
@@ -143,23 +154,18 @@ class Gateway:
             with self.store.reading("find session") as conn:
                 row = rows.by_token(conn, named.token)
         except StoreUnavailable:
-            row = self._known.get(digest)  # the store is down: a session seen open goes on
+            row = self.known.any_age(digest)  # the store is down: a session seen open goes on
             if row is None:
                 raise
         if row is None:
             raise Refused(401, "unknown session token")
-        if named.session_id is not None and named.session_id != row["session_id"]:
-            raise Refused(403, "this token belongs to another session")
-        if row["status"] != rows.OPEN:
-            raise Refused(409, f"session {row['session_id']} is finished ({row['status']})")
+        resolved = _admit(row, named)
         if row["keyed_by"] is None:
             with self.store.transaction("note how a session is named") as conn:
                 rows.note_keyed_by(conn, row["session_id"], named.how)
             row = {**row, "keyed_by": named.how}
-        if len(self._known) > 100_000:
-            self._known.clear()
-        self._known[digest] = row
-        return Resolved(row["session_id"], named.how)
+        self.known.remember(digest, row)
+        return resolved
 
     # --- exchanges -------------------------------------------------------------------------
 
@@ -262,6 +268,7 @@ class Gateway:
             changed, row = rows.finish(conn, sid, status, exit_code)
             if changed:
                 Writes().apply(conn, [EndSession(sid, row["finished_at"], exit_code)])
+        self.known.forget(sid)  # refused here at once; elsewhere within KnownSessions' TTL
         answer = {"id": sid, "already_finished": not changed, **_finished(row)}
         if changed and missing:
             answer["missing_calls"] = missing
@@ -333,6 +340,16 @@ class Gateway:
         if row is None:
             raise Refused(404, f"no session {sid!r}")
         return row
+
+
+def _admit(row: dict[str, Any], named: keys.Named) -> Resolved:
+    """The call's session if its token may use it (403: another session's path or header;
+    409: finished), else Refused."""
+    if named.session_id is not None and named.session_id != row["session_id"]:
+        raise Refused(403, "this token belongs to another session")
+    if row["status"] != rows.OPEN:
+        raise Refused(409, f"session {row['session_id']} is finished ({row['status']})")
+    return Resolved(row["session_id"], named.how)
 
 
 def _finished(row: dict[str, Any]) -> dict[str, Any]:
