@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 
 import anthropic
+import openai
+import orjson
 import pytest
 import sqlalchemy as sa
 from pg_relay import Relay, relayed, wait_for  # noqa: F401 - fixtures
@@ -63,6 +65,49 @@ def test_replicas_share_one_session(tmp_path, new_database):
         finally:
             for r in replicas:
                 assert r.stop() == 0, "".join(r.log)
+
+
+def responses_turn(replica: Served, session: dict, text: str, previous: str | None) -> str:
+    """One Codex-shaped call on a new WebSocket to this replica: only the new input and the
+    previous response's id (stored, as Codex's reconnects rely on); the new response's id."""
+    client = openai.OpenAI(api_key=session["token"], max_retries=0,
+                           base_url=f"{replica.url}/s/{session['id']}/v1")
+    chained = {"previous_response_id": previous} if previous else {}
+    with client.responses.connect() as conn:
+        conn.response.create(model="gpt-5.4", store=True, **chained,
+                             input=[{"role": "user", "content": text}])
+        while True:
+            event = orjson.loads(conn.recv_bytes())
+            assert event["type"] != "error", event
+            if event["type"] == "response.completed":
+                return event["response"]["id"]
+
+
+def test_a_responses_chain_across_replicas_is_stitched(tmp_path, new_database):
+    url = new_database()
+    with MockUpstream() as mock:
+        replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
+        try:
+            s = replicas[0].client.create_session("codex")
+            previous = None
+            for n in range(6):  # call n goes to replica n % 3, each names the one before
+                previous = responses_turn(replicas[n % 3], s, f"turn {n}", previous)
+            replicas[1].client.finish(s["id"], "done", 0)
+            store = open_store(url)
+            try:
+                stored = list(store.iter_exchanges(s["id"]))
+            finally:
+                store.close()
+        finally:
+            for r in replicas:
+                assert r.stop() == 0, "".join(r.log)
+    assert [ex.seq for ex in stored] == list(range(1, 7))
+    for n, ex in enumerate(stored):
+        assert ex.flags == [], (n, ex.flags)
+        said = [(m.role, "".join(b.text or "" for b in m.content)) for m in ex.request.messages]
+        # every call holds the whole conversation: each turn, then the answer to it
+        assert [r for r, _ in said] == ["user", "assistant"] * n + ["user"], said
+        assert [t for r, t in said if r == "user"] == [f"turn {k}" for k in range(n + 1)]
 
 
 def test_a_killed_replica_loses_nothing_finished(tmp_path, new_database):

@@ -31,6 +31,9 @@ from forge_record.errors import UsageError
 from forge_record.paths import home, store_url
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
+# A Codex call naming a response that went through another replica: how long this replica's
+# writer waits for that replica's writer to store it (store.responses) before flagging it.
+CHAIN_WAIT = 5.0
 
 
 @click.command()
@@ -104,7 +107,7 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
     from forge_record.writer_process import WriterProcess
 
     store = open_store(url)  # an unreachable store: one line, before anything starts
-    writer = WriterProcess(url, redact_bodies=redact, verbose=verbose)
+    writer = WriterProcess(url, redact_bodies=redact, verbose=verbose, chain_wait=CHAIN_WAIT)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
