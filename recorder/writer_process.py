@@ -169,8 +169,9 @@ class WriterProcess(Counted):
     def submit_session(self, session: Session) -> None:
         self._submit(AddSession(session, os.getpid(), time.time()))
 
-    def submit_exchange(self, session_id: str, exchange: Exchange) -> None:
-        self._submit(AddExchange(session_id, exchange))
+    def submit_exchange(self, session_id: str, exchange: Exchange, numbered: bool = True) -> None:
+        """`numbered` False: the store numbers it as it is written (AddExchange)."""
+        self._submit(AddExchange(session_id, exchange, numbered))
 
     def submit_end(self, session_id: str, ended_at: float, exit_code: int | None,
                    harness_version: str | None = None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 # ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 import threading
+import urllib.request
 
 import anthropic
 import openai
@@ -151,6 +152,55 @@ def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, r
         seqs = [c["seq"] for c in calls]
         assert len(seqs) == 4 and seqs == sorted(set(seqs)), seqs
         assert all(c["status"] == "complete" for c in calls)
+
+
+def test_a_replica_killed_during_a_store_outage_loses_no_completed_call(tmp_path, relayed):
+    """Exchanges that cannot be numbered wait in the writer's spool, not in memory: SIGKILL
+    the replica while the store is unreachable, bring the store back, start a replica again:
+    every call a client completed is stored, numbered in the order the calls were made."""
+    url, relay = relayed
+    with MockUpstream() as mock:
+        gw = Served(tmp_path / "gw", url, [mock.url])
+        try:
+            s = gw.client.create_session("claude-code")
+            history: list[dict] = []
+            turn(client_at(gw, s), history)
+            relay.stop()  # Postgres unreachable
+            for _ in range(3):
+                turn(client_at(gw, s), history)
+            # the exchanges are in the writer's hands (its pipe), none left in the gateway
+            wait_for(lambda: metric(gw, "forge_record_gateway_delivery_backlog") == 0,
+                     "the gateway to hand its exchanges to the writer")
+            gw.proc.kill()
+            gw.proc.wait()
+        finally:
+            gw.stop()
+        relay.start()
+        with Served(tmp_path / "again", url, [mock.url]) as again:
+            wait_for(lambda: stored_texts(url, s["id"]) == [f"turn {n}" for n in range(4)],
+                     "the spooled calls to be replayed", timeout=90)
+            again.client.finish(s["id"], "done", 0)
+            calls = again.client.session(s["id"])["calls"]
+    assert [c["seq"] for c in calls] == [1, 2, 3, 4]
+    assert all(c["status"] == "complete" for c in calls)
+
+
+def metric(served: Served, name: str) -> float | None:
+    with urllib.request.urlopen(f"{served.url}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def stored_texts(url: str, session_id: str) -> list[str]:
+    """The last user turn of each stored call, in sequence order."""
+    store = open_store(url)
+    try:
+        return [ex.request.messages[-1].content[0].text
+                for ex in store.iter_exchanges(session_id)]
+    finally:
+        store.close()
 
 
 def test_two_writers_of_one_session_never_share_a_segment(new_database):

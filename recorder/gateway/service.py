@@ -19,7 +19,6 @@ import secrets
 import socket
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -41,8 +40,7 @@ from forge_record.store.store import StoreUnavailable
 log = logging.getLogger("forge_record")
 
 FLUSH_WAIT = 15.0  # how long a finish waits for the session's exchanges to be stored
-RETRY_EVERY = 1.0  # while the store is down: how often numbering is tried again
-MAX_WAITING = 100_000  # exchanges kept in memory for numbering while the store is down
+MAX_UNNUMBERED = 100_000  # sessions remembered as numbered by the writer (oldest forgotten)
 _FLUSH_POLL = 0.05
 WORKERS = 16  # threads for store work; the event loop only hands work to them
 
@@ -80,14 +78,13 @@ class Gateway:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="forge-record-gateway")
         self._lock = threading.Lock()
         self._delivering: dict[str, int] = {}  # session -> exchanges handed to the pool
-        # While the store is down, exchanges wait here, in order, to be numbered.
-        self._waiting: deque[tuple[str, Exchange]] = deque()
-        self._retrying: threading.Thread | None = None
+        # Sessions whose exchanges this replica hands to the writer unnumbered (since the
+        # store could not number one): the writer numbers them in the order it gets them.
+        self._unnumbered: dict[str, None] = {}
         # Sessions read lately: calls skip the store lookup, and go on through an outage.
         self.known = KnownSessions()
-        self.lost = 0  # exchanges that could not be numbered (the store did not answer)
+        self.lost = 0  # exchanges the store refused (logged)
         self.draining = False
-        self._closing = threading.Event()
 
     # --- for the event loop --------------------------------------------------------------
 
@@ -108,24 +105,14 @@ class Gateway:
         return sink
 
     def pending(self) -> int:
-        """Exchanges not yet handed to the writer (on their way, or waiting for the store)."""
+        """Exchanges not yet handed to the writer."""
         with self._lock:
-            return sum(self._delivering.values()) + len(self._waiting)
+            return sum(self._delivering.values())
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Wait for every exchange to be numbered and handed to the writer; ones still
-        waiting for the store after `timeout` are lost (counted)."""
+    def close(self) -> None:
+        """Wait until every exchange is in the writer's hands (numbered or not: a store that
+        does not answer delays nothing here, store.deadline bounds each attempt)."""
         self._pool.shutdown(wait=True)
-        deadline = time.monotonic() + timeout
-        while self._waiting and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self._closing.set()
-        with self._lock:
-            if self._waiting:
-                log.error("forge-record: the store did not come back; %d exchanges are not "
-                          "stored", len(self._waiting))
-            self.lost += len(self._waiting)
-            self._waiting.clear()
 
     # --- auth ------------------------------------------------------------------------------
 
@@ -170,20 +157,22 @@ class Gateway:
     # --- exchanges -------------------------------------------------------------------------
 
     def _deliver(self, session_id: str, exchange: Exchange) -> None:
-        """Number the exchange in its session's sequence (shared by all replicas), then hand
-        it to the writer process. While the store is down (or exchanges already wait), it
-        waits in memory, in order, for the store to come back."""
+        """Number the exchange in its session's sequence (shared by all replicas) and hand it
+        to the writer process. When the store cannot number it now, it goes to the writer
+        unnumbered, and so does every later exchange of its session here (their order is the
+        writer's order): the writer numbers each as it writes it, and while the store is down
+        it spools them, in order, and numbers them as it replays (store.batch). So nothing
+        waits in this process's memory alone: a replica killed during an outage leaves them
+        in its writer's spool, which its writer, or the next one for the store, replays."""
         try:
-            with self._lock:
-                behind = bool(self._waiting)
-                if behind:
-                    self._wait(session_id, exchange)
-            if not behind:
-                self._number(session_id, exchange)
-        except StoreUnavailable:
-            with self._lock:
-                self._wait(session_id, exchange)
-        except (StoreError, KeyError) as e:
+            if session_id not in self._unnumbered:
+                try:
+                    self._number(session_id, exchange)
+                    return
+                except StoreUnavailable:
+                    self._writer_numbers(session_id)
+            self.writer.submit_exchange(session_id, exchange, numbered=False)
+        except StoreError as e:
             self.lost += 1
             log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
         finally:
@@ -199,37 +188,11 @@ class Gateway:
             exchange.seq = rows.next_seq(conn, session_id)
         self.writer.submit_exchange(session_id, exchange)
 
-    def _wait(self, session_id: str, exchange: Exchange) -> None:
-        """Under _lock: keep the exchange for numbering once the store answers."""
-        if len(self._waiting) >= MAX_WAITING:
-            self.lost += 1
-            return
-        self._waiting.append((session_id, exchange))
-        if self._retrying is None or not self._retrying.is_alive():
-            self._retrying = threading.Thread(target=self._retry, daemon=True,
-                                              name="forge-record-renumber")
-            self._retrying.start()
-
-    def _retry(self) -> None:
-        while not self._closing.is_set():
-            with self._lock:
-                if not self._waiting:
-                    return
-                session_id, exchange = self._waiting[0]
-            try:
-                self._number(session_id, exchange)
-            except StoreUnavailable:
-                self._closing.wait(RETRY_EVERY)
-                continue
-            except (StoreError, KeyError) as e:
-                self.lost += 1
-                log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
-            with self._lock:
-                if self._waiting and self._waiting[0][1] is exchange:
-                    self._waiting.popleft()
-
-    def waiting(self) -> int:
-        return len(self._waiting)
+    def _writer_numbers(self, session_id: str) -> None:
+        with self._lock:
+            self._unnumbered[session_id] = None
+            if len(self._unnumbered) > MAX_UNNUMBERED:
+                del self._unnumbered[next(iter(self._unnumbered))]
 
     # --- the control API's operations ------------------------------------------------------
 
@@ -282,9 +245,8 @@ class Gateway:
             with self.store.reading("count exchanges") as conn:
                 row = rows.get(conn, sid) or {"calls": 0}
                 missing = row["calls"] - rows.stored_calls(conn, sid)
-            with self._lock:  # still to be numbered: on their way, or waiting for the store
-                on_way = self._delivering.get(sid, 0) + sum(
-                    1 for waiting_sid, _ in self._waiting if waiting_sid == sid)
+            with self._lock:  # not yet in the writer's hands
+                on_way = self._delivering.get(sid, 0)
             if (missing <= 0 and not on_way) or time.monotonic() > deadline:
                 return max(missing, 0) + on_way
             time.sleep(_FLUSH_POLL)
