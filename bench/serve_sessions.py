@@ -141,6 +141,11 @@ def main() -> None:
                 with urllib_open(f"{gw.url}/metrics") as text:
                     out[name]["writer_backlog_at_end"] = metric(
                         text, "forge_record_gateway_writer_backlog")
+                    # what the gateway adds before forwarding (finding the session), per call
+                    took = metric(text, "forge_record_gateway_resolve_seconds_sum")
+                    calls = metric(text, "forge_record_gateway_resolve_seconds_count")
+                    out[name]["resolve_ms_mean"] = round(1000 * took / calls, 3) \
+                        if took is not None and calls else None
                 out[name]["rss_kib_per_session"] = round(
                     (rss_kib(gw.proc.pid) - idle[name]) / args.sessions, 1)
         finally:
