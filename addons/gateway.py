@@ -96,7 +96,7 @@ class GatewayAddon:
         if gw.draining:
             raise Refused(503, "the gateway is shutting down; retry")
         named = keys.named(req.path, req.headers)
-        resolved = await gw.run(gw.resolve, named)
+        resolved = gw.cached(named) or await gw.run(gw.resolve, named)
         upstream = gw.upstreams.pick(resolved.session_id)
         if upstream is None:
             raise Refused(503, "no upstream is healthy")

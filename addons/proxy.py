@@ -146,6 +146,16 @@ class InProcessProxy:
                                    "is the port in use?")
         return self._ready.addresses[0][1]
 
+    def stop_listening(self, timeout: float = 10.0) -> None:
+        """Close the listening sockets and keep the connections already open: a drain. New
+        connections are refused (a balancer sees the replica gone); calls in flight, streams
+        and WebSockets included, go on to their end."""
+        if self._master is None:
+            return
+        servers = self._master.addons.get("proxyserver").servers
+        done = asyncio.run_coroutine_threadsafe(servers.update([]), self._master.event_loop)
+        done.result(timeout)
+
     def stop(self, timeout: float = 10.0) -> None:
         if self._master is not None:
             self._master.shutdown()

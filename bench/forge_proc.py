@@ -59,7 +59,7 @@ def _writer_thread() -> None:
     def thread_writer(url, *, redact_bodies=True, verbose=0):
         redactor = config.redactor(home()) if redact_bodies else None
         prepare, chains = functools.partial(finalize, redactor=redactor), ResponseChains()
-        writer = Writer.open(url, prepare=lambda ex: chains.stitch(prepare(ex)))
+        writer = Writer.open(url, prepare=lambda _sid, ex: chains.stitch(prepare(ex)))
         writer.ready = lambda: None  # opened already
         return writer
 

@@ -2,7 +2,7 @@
 calls with think time, against a bare mitmproxy reverse pass-through in the same run.
 
     python bench/serve_sessions.py [--sessions 1000] [--calls 3] [--concurrency 50]
-                                   [--json F]
+                                   [--rounds 1] [--against DIR] [--json F]
 
 The upstream is bench/mock_server.py: each answer streams 40 text deltas 5 ms apart (the
 engine's think time). Every session is created through the control API and makes `calls`
@@ -11,6 +11,11 @@ bare (the baseline: same mitmproxy, no recording), then through serve (store: a 
 file). Reported: calls/s, median and p90 time to first byte and to the end, the ratio serve /
 bare, the serve process's resident memory per open session, and the writer's backlog when
 the load ends (from /metrics). Not a timed test: numbers depend on the machine.
+`--against DIR` adds a second serve whose `forge_record` package is imported from DIR (an
+earlier revision laid out as an installed package: recorder/ as forge_record, with addons/,
+store/ and harness_shims/ inside it), loaded in the same run. With `--rounds N` every
+configuration runs once per round, in an order rotated each round; figures are medians over
+rounds, ratios taken round by round.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -34,12 +40,15 @@ from serve_gateway import Served  # noqa: E402
 
 # bench/mock_server.py's shape: 40 text deltas 5 ms apart (the engine's think time), 10
 # tool-input fragments.
+SENT_AT = re.compile(rb'"text":" t(\d+)"')
 BODY = json.dumps({"model": "bench-40-5000-10", "max_tokens": 64, "stream": True,
                    "messages": [{"role": "user", "content": "bench"}]}).encode()
 
 
-def one_call(base: str, token: str) -> tuple[float, float]:
-    """(seconds to the first body byte, seconds to the end) of one streamed call."""
+def one_call(base: str, token: str) -> tuple[float, float, list[float]]:
+    """(seconds to the first body byte, seconds to the end, each text event's delivery
+    latency in seconds) of one streamed call. The mock writes its send time (CLOCK_MONOTONIC,
+    ns) into every text delta; an event's latency is its arrival time minus that."""
     parts = urlsplit(base)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
     started = time.perf_counter()
@@ -49,12 +58,17 @@ def one_call(base: str, token: str) -> tuple[float, float]:
     response = conn.getresponse()
     head = response.read(1)
     first = time.perf_counter() - started
-    rest = response.read()
+    events, rest = [], [head]
+    for line in response:  # one SSE line at a time, as it arrives
+        now = time.monotonic_ns()
+        rest.append(line)
+        if (at := SENT_AT.search(line)) is not None:
+            events.append((now - int(at.group(1))) / 1e9)
     total = time.perf_counter() - started
     conn.close()
     if response.status != 200:
-        raise RuntimeError(f"status {response.status}: {(head + rest)[:300]!r}")
-    return first, total
+        raise RuntimeError(f"status {response.status}: {b''.join(rest)[:300]!r}")
+    return first, total, events
 
 
 def load(targets: list[tuple[str, str]], calls: int, concurrency: int) -> dict:
@@ -64,10 +78,13 @@ def load(targets: list[tuple[str, str]], calls: int, concurrency: int) -> dict:
         results = list(pool.map(lambda t: one_call(*t), jobs))
     took = time.perf_counter() - started
     firsts, totals = sorted(r[0] for r in results), sorted(r[1] for r in results)
+    events = sorted(e for r in results for e in r[2])
     return {"calls": len(jobs), "calls_per_s": round(len(jobs) / took, 1),
             "ttfb_median_ms": round(statistics.median(firsts) * 1000, 2),
             "ttfb_p90_ms": round(firsts[int(len(firsts) * 0.9)] * 1000, 2),
-            "total_median_ms": round(statistics.median(totals) * 1000, 2)}
+            "total_median_ms": round(statistics.median(totals) * 1000, 2),
+            "event_median_ms": round(statistics.median(events) * 1000, 2),
+            "event_p99_ms": round(events[int(len(events) * 0.99)] * 1000, 2)}
 
 
 def rss_kib(pid: int) -> int:
@@ -89,10 +106,13 @@ def main() -> None:
     p.add_argument("--sessions", type=int, default=1000)
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--against", type=Path, help="an earlier revision's package directory")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     out: dict = {"sessions": args.sessions, "calls_per_session": args.calls,
-                 "concurrency": args.concurrency, "model": "bench-40-5000-10"}
+                 "concurrency": args.concurrency, "rounds": args.rounds,
+                 "model": "bench-40-5000-10"}
     with tempfile.TemporaryDirectory() as tmp:
         mock = subprocess.Popen([sys.executable, str(ROOT / "bench/mock_server.py")],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -103,26 +123,34 @@ def main() -> None:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         port = int(bare.stdout.readline().split()[1])
         bare_base = f"http://127.0.0.1:{port}"
-        gw = Served(Path(tmp) / "gw", f"sqlite:///{tmp}/gw.db", [mock_url])
+        gateways = {"serve": Served(Path(tmp) / "gw", f"sqlite:///{tmp}/gw.db", [mock_url])}
+        if args.against:
+            gateways["serve_before"] = Served(
+                Path(tmp) / "before", f"sqlite:///{tmp}/before.db", [mock_url],
+                env={"PYTHONPATH": str(args.against.resolve())})
         try:
-            idle = rss_kib(gw.proc.pid)
-            sessions = [gw.client.create_session("claude-code") for _ in range(args.sessions)]
-            out["bare"] = load([(bare_base, "sk-dummy")] * args.sessions, args.calls,
-                               args.concurrency)
-            out["serve"] = load([(s["base_url"], s["token"]) for s in sessions], args.calls,
-                                args.concurrency)
-            with urllib_open(f"{gw.url}/metrics") as text:
-                out["delivery_backlog_at_end"] = metric(
-                    text, "forge_record_gateway_delivery_backlog")
-                out["writer_backlog_at_end"] = metric(text, "forge_record_gateway_writer_backlog")
-            loaded = rss_kib(gw.proc.pid)
-            out["rss_kib_per_session"] = round((loaded - idle) / args.sessions, 1)
-            out["ttfb_ratio"] = round(out["serve"]["ttfb_median_ms"]
-                                      / out["bare"]["ttfb_median_ms"], 2)
-            out["throughput_ratio"] = round(out["serve"]["calls_per_s"]
-                                            / out["bare"]["calls_per_s"], 2)
+            idle = {name: rss_kib(gw.proc.pid) for name, gw in gateways.items()}
+            targets = {"bare": [(bare_base, "sk-dummy")] * args.sessions}
+            for name, gw in gateways.items():
+                sessions = [gw.client.create_session("claude-code")
+                            for _ in range(args.sessions)]
+                targets[name] = [(s["base_url"], s["token"]) for s in sessions]
+            rounds = run_rounds(targets, args)
+            out.update(summarize(rounds))
+            for name, gw in gateways.items():
+                with urllib_open(f"{gw.url}/metrics") as text:
+                    out[name]["writer_backlog_at_end"] = metric(
+                        text, "forge_record_gateway_writer_backlog")
+                    # what the gateway adds before forwarding (finding the session), per call
+                    took = metric(text, "forge_record_gateway_resolve_seconds_sum")
+                    calls = metric(text, "forge_record_gateway_resolve_seconds_count")
+                    out[name]["resolve_ms_mean"] = round(1000 * took / calls, 3) \
+                        if took is not None and calls else None
+                out[name]["rss_kib_per_session"] = round(
+                    (rss_kib(gw.proc.pid) - idle[name]) / args.sessions, 1)
         finally:
-            gw.stop()
+            for gw in gateways.values():
+                gw.stop()
             for proc in (bare, mock):
                 proc.stdin.close()
                 proc.wait()
@@ -130,6 +158,46 @@ def main() -> None:
     print(text)
     if args.json:
         args.json.write_text(text)
+
+
+def run_rounds(targets: dict[str, list], args) -> list[dict[str, dict]]:
+    """Each configuration once per round, the order rotated every round."""
+    names = list(targets)
+    rounds = []
+    for n in range(args.rounds):
+        order = names[n % len(names):] + names[:n % len(names)]
+        rounds.append({name: load(targets[name], args.calls, args.concurrency)
+                       for name in order})
+        print(f"round {n + 1}: " + json.dumps(rounds[-1]), file=sys.stderr)
+    return rounds
+
+
+def summarize(rounds: list[dict[str, dict]]) -> dict:
+    """Medians over rounds per configuration; each serve's ratios to bare (and to the
+    earlier revision), the median of the per-round ratios."""
+    def median_of(name: str, key: str) -> float:
+        return round(statistics.median(r[name][key] for r in rounds), 2)
+
+    def ratio(name: str, base: str, key: str) -> float:
+        return round(statistics.median(r[name][key] / r[base][key] for r in rounds), 2)
+
+    out: dict = {}
+    for name in rounds[0]:
+        out[name] = {key: median_of(name, key) for key in rounds[0][name]}
+    for name in out:
+        if name == "bare":
+            continue
+        out[name]["ttfb_ratio_to_bare"] = ratio(name, "bare", "ttfb_median_ms")
+        out[name]["ttfb_p90_ratio_to_bare"] = ratio(name, "bare", "ttfb_p90_ms")
+        out[name]["total_ratio_to_bare"] = ratio(name, "bare", "total_median_ms")
+        out[name]["event_ratio_to_bare"] = ratio(name, "bare", "event_median_ms")
+        out[name]["event_p99_ratio_to_bare"] = ratio(name, "bare", "event_p99_ms")
+        out[name]["throughput_ratio_to_bare"] = ratio(name, "bare", "calls_per_s")
+    if "serve_before" in out:
+        out["serve"]["ttfb_ratio_to_before"] = ratio("serve", "serve_before", "ttfb_median_ms")
+        out["serve"]["event_ratio_to_before"] = ratio("serve", "serve_before",
+                                                      "event_median_ms")
+    return out
 
 
 class urllib_open:

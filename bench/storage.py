@@ -181,7 +181,7 @@ def postgres_size(store) -> int:
 
 def submit_cost(url: str, sent: list[Exchange], spool: Path) -> list[float]:
     """What the proxy's event loop pays per exchange: Writer.submit_exchange."""
-    writer = Writer(open_store(url), prepare=finalize, spool_dir=spool)
+    writer = Writer(open_store(url), prepare=lambda _sid, ex: finalize(ex), spool_dir=spool)
     writer.submit_session(Session(id="submit-cost"))
     out = []
     for ex in sent:

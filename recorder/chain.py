@@ -19,9 +19,15 @@ Contract:
 - One `ResponseChains` serves a whole recording session: response ids are unique, so a chain
   that goes on over a new connection (Codex reconnects after errors and after 60 minutes)
   resolves too.
-- A previous id it does not know (the response was made before recording began, or its
-  exchange could not be decoded) leaves the exchange with only its own messages and the flag
-  `unresolved_previous_response`; calls chained after it carry the same flag.
+- Behind several `serve` replicas the response before may have gone through another one,
+  whose writer stored it. With a `lookup` (session id, response id) -> stored exchange
+  (store.responses; it may wait for the other writer, boundedly), a previous id not seen
+  here is looked up: the stored record already holds its full context, so the link is that
+  context plus its answer, and it is remembered like any other.
+- A previous id it does not know and cannot look up (the response was made before recording
+  began, its exchange could not be decoded, or another writer never stored it) leaves the
+  exchange with only its own messages and the flag `unresolved_previous_response`; calls
+  chained after it carry the same flag.
 - A warm-up (`"generate": false`) becomes a `side` exchange; it is remembered like any call,
   because the next call names it.
 - `stitch` never raises: it is a step of the writer's `prepare`.
@@ -30,6 +36,7 @@ Contract:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from forge_record.records import Exchange, Message
@@ -47,32 +54,36 @@ class _Link:
     whole: bool  # every response up the chain was known
 
 
+Lookup = Callable[[str, str], Exchange | None]
+
+
 class ResponseChains:
-    def __init__(self) -> None:
+    def __init__(self, lookup: Lookup | None = None) -> None:
         self._links: dict[str, _Link] = {}
+        self._lookup = lookup
 
     def __len__(self) -> int:
         return len(self._links)
 
-    def stitch(self, exchange: Exchange) -> Exchange:
+    def stitch(self, exchange: Exchange, session_id: str | None = None) -> Exchange:
         """The exchange with its request's messages made complete, remembered for the calls
-        that will name it."""
+        that will name it. `session_id` lets a previous response be looked up."""
         if not _chained_transport(exchange):
             return exchange
         try:
-            self._stitch(exchange)
+            self._stitch(exchange, session_id)
         except Exception:  # noqa: BLE001 - the exchange is still stored, as parsed
             log.exception("forge-record: cannot rebuild the context of %s", exchange.url)
         return exchange
 
-    def _stitch(self, exchange: Exchange) -> None:
+    def _stitch(self, exchange: Exchange, session_id: str | None) -> None:
         request = exchange.request
         assert request is not None
         params = request.parameters
         if params.get("generate") is False:
             exchange.kind = "side"
         previous = params.get("previous_response_id")
-        parent = self._links.get(previous) if isinstance(previous, str) else None
+        parent = self._parent(previous, session_id) if isinstance(previous, str) else None
         whole = previous is None or (parent is not None and parent.whole)
         if not whole and UNRESOLVED not in exchange.flags:
             exchange.flags.append(UNRESOLVED)
@@ -81,14 +92,34 @@ class ResponseChains:
             request.messages = context(parent) + new
         self._remember(exchange, parent, new, whole)
 
+    def _parent(self, previous: str, session_id: str | None) -> _Link | None:
+        """The link of the response named, from memory or else from the store."""
+        link = self._links.get(previous)
+        if link is not None or self._lookup is None or session_id is None:
+            return link
+        stored = self._lookup(session_id, previous)
+        if stored is None or stored.request is None:
+            return None
+        answer = _answer(stored)
+        link = _Link(None, tuple(list(stored.request.messages) + answer),
+                     UNRESOLVED not in stored.flags)
+        self._links[previous] = link
+        return link
+
     def _remember(self, exchange: Exchange, parent: _Link | None, new: list[Message],
                   whole: bool) -> None:
         response = exchange.response
         if response is None or not response.id:
             return  # nothing can name it
-        answer = [Message(role="assistant", content=list(response.content))]
-        self._links[response.id] = _Link(parent, tuple(new + answer if response.content
-                                                        else new), whole)
+        self._links[response.id] = _Link(parent, tuple(new + _answer(exchange)), whole)
+
+
+def _answer(exchange: Exchange) -> list[Message]:
+    """The response as the one assistant message the next call's model sees (none if empty)."""
+    response = exchange.response
+    if response is None or not response.content:
+        return []
+    return [Message(role="assistant", content=list(response.content))]
 
 
 def context(link: _Link) -> list[Message]:

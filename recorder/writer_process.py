@@ -10,7 +10,9 @@ It is also what keeps a finished exchange when the recorder is killed: the items
 the pipe are read, written and committed by this process after its parent is gone (it sees
 the end of its input and closes the writer, which writes everything it has).
 
-The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodies] [-v]`:
+The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodies]
+[--chain-wait S] [-v]` (`--chain-wait`: look a previous Responses answer up in the store,
+waiting at most S seconds for another writer to store it; `serve` sets it, store.responses):
 - its stdin carries items, each a 4-byte big-endian length and a pickle of a store Item;
 - on stdout it says `ready FINGERPRINT` once the store is open (or `error: MESSAGE` and
   exits 1); then `ack N` each time the first N items it was sent are taken care of
@@ -98,8 +100,9 @@ class WriterProcess(Counted):
     in the pipe when submit_exchange returns, and a thread is woken only when it must be."""
 
     def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0,
-                 memory_budget: int = MEMORY_BUDGET) -> None:
-        self._argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose)
+                 memory_budget: int = MEMORY_BUDGET, chain_wait: float | None = None) -> None:
+        self._argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose,
+                                   chain_wait=chain_wait)
         self._redact_bodies = redact_bodies
         self._budget = memory_budget
         self.counters = Counters()
@@ -166,8 +169,9 @@ class WriterProcess(Counted):
     def submit_session(self, session: Session) -> None:
         self._submit(AddSession(session, os.getpid(), time.time()))
 
-    def submit_exchange(self, session_id: str, exchange: Exchange) -> None:
-        self._submit(AddExchange(session_id, exchange))
+    def submit_exchange(self, session_id: str, exchange: Exchange, numbered: bool = True) -> None:
+        """`numbered` False: the store numbers it as it is written (AddExchange)."""
+        self._submit(AddExchange(session_id, exchange, numbered))
 
     def submit_end(self, session_id: str, ended_at: float, exit_code: int | None,
                    harness_version: str | None = None) -> None:
@@ -478,9 +482,11 @@ def _enlarge_pipe(fd: int) -> None:
         pass  # the default size works too, with the sender thread stepping in sooner
 
 
-def child_command(url: str, *, redact_bodies: bool, verbose: int) -> list[str]:
+def child_command(url: str, *, redact_bodies: bool, verbose: int,
+                  chain_wait: float | None = None) -> list[str]:
     argv = [sys.executable, "-m", "forge_record.writer_process", url]
     argv += [] if redact_bodies else ["--no-redact-bodies"]
+    argv += [] if chain_wait is None else ["--chain-wait", str(chain_wait)]
     return argv + ["-v"] * verbose
 
 
@@ -542,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="forge_record.writer_process")
     ap.add_argument("url")
     ap.add_argument("--no-redact-bodies", action="store_true")
+    ap.add_argument("--chain-wait", type=float)
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
     from forge_record.logs import setup_logging
@@ -552,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     say = functools.partial(_say, out, threading.Lock())
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies,
-                              on_durable=lambda n: say(f"ack {n}"))
+                              on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait)
     except (ForgeRecordError, OSError) as e:
         say(f"error: {e}")
         return 1
@@ -580,9 +587,12 @@ def _step_back() -> None:
         os.nice(NICENESS)
 
 
-def _preparer(redact_bodies: bool) -> Callable[[Exchange], Exchange]:
+def _preparer(redact_bodies: bool,
+              lookup: Callable[[str, str], Exchange | None] | None = None,
+              ) -> Callable[[str, Exchange], Exchange]:
     """What turns a captured exchange into the one to store: finalize (fold, parse, redact),
-    then stitch a WebSocket call's full context and join a bridged call's two records."""
+    then stitch a WebSocket call's full context (`lookup`: previous responses another
+    writer stored, store.responses) and join a bridged call's two records."""
     from forge_record import config
     from forge_record.bridge.pairs import Pairs
     from forge_record.chain import ResponseChains
@@ -592,16 +602,19 @@ def _preparer(redact_bodies: bool) -> Callable[[Exchange], Exchange]:
 
     redactor = config.redactor(home()) if redact_bodies else None
     prepare = functools.partial(finalize, redactor=redactor)
-    chains = ResponseChains()  # rebuilds WebSocket calls' full context
+    chains = ResponseChains(lookup)  # rebuilds WebSocket calls' full context
     pairs = Pairs()  # the engine's tokens onto a bridged call's agent record
     # -v: one line per exchange, once it is folded (forge_record.outcome)
-    return lambda exchange: log_exchange(pairs.join(chains.stitch(prepare(exchange))))
+    return lambda sid, exchange: log_exchange(pairs.join(chains.stitch(prepare(exchange), sid)))
 
 
-def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None]):
+def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None],
+                 chain_wait: float | None = None):
     from forge_record.store import Writer
+    from forge_record.store.responses import StoredResponses
 
-    return Writer.open(url, prepare=_preparer(redact_bodies), on_durable=on_durable,
+    lookup = None if chain_wait is None else StoredResponses(url, chain_wait)
+    return Writer.open(url, prepare=_preparer(redact_bodies, lookup), on_durable=on_durable,
                        max_bytes=CHILD_QUEUE_BYTES)
 
 

@@ -19,6 +19,11 @@ it again.
 
 With `if_absent`, items already stored are skipped instead of failing (a session or an
 exchange with the same key): spool replay and push use it, so repeating them is harmless.
+
+An exchange handed over unnumbered (AddExchange.numbered False: `serve` while the store could
+not number it) takes its session's next number from `gateway_sessions` (next_seq, the one
+sequence every replica numbers from) in the same transaction as its insert; replayed twice,
+it is known by its session, start time and URL instead of its number.
 """
 
 from __future__ import annotations
@@ -45,7 +50,14 @@ from forge_record.redact.headers import SECRET_HEADERS
 from forge_record.redact.urls import redact_url
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item
 from forge_record.store.reader import chunks
-from forge_record.store.schema import LAYOUT_CONTENT, blobs, exchanges, packs, sessions
+from forge_record.store.schema import (
+    LAYOUT_CONTENT,
+    blobs,
+    exchanges,
+    gateway_sessions,
+    packs,
+    sessions,
+)
 from forge_record.store.segments import Encoded, SessionEncoder
 
 FRESH_FOR = 600.0
@@ -93,6 +105,8 @@ class Writes:
         encoded: list[tuple[str, Exchange, Encoded, SessionEncoder]] = []
         for add in adds:
             ex = cleaned(add.exchange)
+            if not add.numbered:
+                ex = dataclasses.replace(ex, seq=next_seq(conn, add.session_id))
             encoder = self._encoder(conn, add.session_id)
             encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
         touched = self._store_blobs(conn, encoded, now)
@@ -217,7 +231,39 @@ def _end_session(conn: sa.Connection, item: EndSession) -> None:
         raise SessionNotFound(f"no session matches {item.session_id!r}")
 
 
+def next_seq(conn: sa.Connection, session_id: str) -> int:
+    """The next number in a `serve` session's sequence (shared by every replica)."""
+    query = (gateway_sessions.update().where(gateway_sessions.c.session_id == session_id)
+             .values(calls=gateway_sessions.c.calls + 1).returning(gateway_sessions.c.calls))
+    seq = conn.scalar(query)
+    if seq is None:
+        raise SessionNotFound(f"no gateway session {session_id!r} to number an exchange in")
+    return seq
+
+
 def _not_yet_stored(conn: sa.Connection, adds: list[AddExchange]) -> list[AddExchange]:
+    numbered = [a for a in adds if a.numbered]
+    fresh = set(map(id, _unnumbered_not_yet_stored(conn, [a for a in adds if not a.numbered])))
+    fresh.update(map(id, _numbered_not_yet_stored(conn, numbered)))
+    return [a for a in adds if id(a) in fresh]
+
+
+def _unnumbered_not_yet_stored(conn: sa.Connection,
+                               adds: list[AddExchange]) -> list[AddExchange]:
+    """Those with no stored exchange of the same session, start time and URL."""
+    out, seen = [], set()
+    for a in adds:
+        key = (a.session_id, a.exchange.started_at, redact_url(a.exchange.url))
+        if key in seen or conn.scalar(sa.select(exchanges.c.seq).where(
+                exchanges.c.session_id == key[0], exchanges.c.started_at == key[1],
+                exchanges.c.url == key[2]).limit(1)) is not None:
+            continue
+        seen.add(key)
+        out.append(a)
+    return out
+
+
+def _numbered_not_yet_stored(conn: sa.Connection, adds: list[AddExchange]) -> list[AddExchange]:
     stored: set[tuple[str, int]] = set()
     for sid in {a.session_id for a in adds}:
         seqs = [a.exchange.seq for a in adds if a.session_id == sid]

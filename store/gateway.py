@@ -4,8 +4,9 @@ Every replica of a gateway reads and writes these rows, so nothing about a sessi
 one process. Contract:
 - `create` adds the `sessions` row and its `gateway_sessions` row in the caller's transaction;
   the token's sha256 is stored, never the token.
-- `by_token` finds the session a token belongs to; `next_seq` hands out the session's next
-  exchange number (one sequence per session, shared by every replica).
+- `by_token` finds the session a token belongs to; `next_seq` (store.batch's: a writer uses
+  it too) hands out the session's next exchange number (one sequence per session, shared by
+  every replica).
 - `finish` sets a session's end once: the first call gives it the next `finish_seq` (under a
   lock, so finish order is commit order and a cursor never skips a session that commits
   late); a second call changes nothing and says so.
@@ -22,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from forge_record.records import Session
-from forge_record.store.batch import Writes
+from forge_record.store.batch import Writes, next_seq  # noqa: F401 - one sequence, for serve
 from forge_record.store.items import AddSession
 from forge_record.store.schema import exchanges, gateway_sessions
 
@@ -63,15 +64,6 @@ def note_keyed_by(conn: sa.Connection, session_id: str, how: str) -> None:
                  .where(gateway_sessions.c.session_id == session_id,
                         gateway_sessions.c.keyed_by.is_(None))
                  .values(keyed_by=how))
-
-
-def next_seq(conn: sa.Connection, session_id: str) -> int:
-    query = (gateway_sessions.update().where(gateway_sessions.c.session_id == session_id)
-             .values(calls=gateway_sessions.c.calls + 1).returning(gateway_sessions.c.calls))
-    seq = conn.scalar(query)
-    if seq is None:
-        raise KeyError(session_id)
-    return seq
 
 
 def stored_calls(conn: sa.Connection, session_id: str) -> int:

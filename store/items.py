@@ -23,6 +23,10 @@ class AddSession:
 class AddExchange:
     session_id: str
     exchange: Exchange
+    # False: the exchange takes its session's next number (store.batch.next_seq) when it is
+    # written, e.g. when replayed from the spool. `serve` hands exchanges over so while the
+    # store cannot number them: they wait in the spool, in order, never in memory alone.
+    numbered: bool = True
 
 
 @dataclass(frozen=True)

@@ -205,10 +205,12 @@ def _encode(item: Item) -> bytes:
     match item:
         case AddSession(session=s, recorder_pid=pid, heartbeat_at=beat):
             head = {"kind": "session", "session": session_to_dict(s), "pid": pid, "beat": beat}
-        case AddExchange(session_id=sid, exchange=ex):
+        case AddExchange(session_id=sid, exchange=ex, numbered=numbered):
             ex = cleaned(ex)
             head = {"kind": "exchange", "session_id": sid, "exchange": exchange_to_dict(ex),
                     "request_size": len(ex.raw_request)}
+            if not numbered:
+                head["unnumbered"] = True
             bodies = ex.raw_request + ex.raw_response
         case EndSession(session_id=sid, ended_at=at, exit_code=code, harness_version=v):
             head = {"kind": "end", "session_id": sid, "ended_at": at, "exit_code": code,
@@ -225,7 +227,7 @@ def _decode(payload: bytes) -> Item:
     if head["kind"] == "exchange":
         cut = head["request_size"]
         ex = exchange_from_dict(head["exchange"], bodies[:cut], bodies[cut:])
-        return AddExchange(head["session_id"], ex)
+        return AddExchange(head["session_id"], ex, not head.get("unnumbered", False))
     return EndSession(head["session_id"], head["ended_at"], head["exit_code"],
                       head["harness_version"])
 

@@ -10,7 +10,8 @@ Contract:
   takes from the queue again: items are written in submission order.
 - The thread takes whatever is queued (up to BATCH items) and writes it in one transaction,
   in submission order. `prepare`, if given, turns each exchange into the one to store (e.g.
-  parsing the request body), in the thread; if it raises, the error is logged and the
+  parsing the request body), in the thread; it is called with the session's id and the
+  exchange; if it raises, the error is logged and the
   exchange is stored as submitted: its raw bodies are the record of last resort.
 - A batch the store refuses for its content (a constraint, a missing session) is retried
   item by item; an item that still fails is logged with its exception and counted in
@@ -88,7 +89,7 @@ class Writer(Counted):
         self,
         store: Store | None,
         maxsize: int = 10000,
-        prepare: Callable[[Exchange], Exchange] | None = None,
+        prepare: Callable[[str, Exchange], Exchange] | None = None,
         *,
         opener: Callable[[], Store] | None = None,
         store_fingerprint: str | None = None,
@@ -146,7 +147,7 @@ class Writer(Counted):
         self._thread.start()
 
     @classmethod
-    def open(cls, url: str, prepare: Callable[[Exchange], Exchange] | None = None,
+    def open(cls, url: str, prepare: Callable[[str, Exchange], Exchange] | None = None,
              **options: Any) -> Writer:
         """A Writer for the store at `url`. If the store does not answer now (a Postgres
         server that is down), recording starts anyway into the spool; any other problem
@@ -170,7 +171,7 @@ class Writer(Counted):
 
     @classmethod
     def spool_only(cls, store_fingerprint: str,
-                   prepare: Callable[[Exchange], Exchange] | None = None,
+                   prepare: Callable[[str, Exchange], Exchange] | None = None,
                    **options: Any) -> Writer:
         """A Writer that puts everything in a spool file for the store with this
         fingerprint, prepared, and never opens the store: the proxy's own spool, while the
@@ -393,7 +394,8 @@ class Writer(Counted):
             self._live.discard(item.session_id)
         elif isinstance(item, AddExchange) and self._prepare is not None:
             try:
-                return AddExchange(item.session_id, self._prepare(item.exchange))
+                return AddExchange(item.session_id,
+                                   self._prepare(item.session_id, item.exchange))
             except Exception:
                 log.exception("forge-record: could not prepare %s; storing it as captured",
                               describe(item))

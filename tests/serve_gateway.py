@@ -20,7 +20,8 @@ _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 class Served:
     def __init__(self, tmp: Path, store: str, upstreams: list[str], *,
-                 extra: tuple[str, ...] = (), upstream_key: bool = True) -> None:
+                 extra: tuple[str, ...] = (), upstream_key: bool = True,
+                 env: dict[str, str] | None = None) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         admin = tmp / "admin-token"
         admin.write_text(ADMIN + "\n")
@@ -33,7 +34,7 @@ class Served:
         for url in upstreams:
             argv += ["--upstream", url]
         self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.log: list[str] = []
         self.port = self._wait_listening()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -16,8 +16,10 @@ from forge_record.commands.serve import DEFAULT_LISTEN, parse_listen
 from forge_record.errors import UsageError
 from forge_record.gateway import api, keys
 from forge_record.gateway.env import session_env
+from forge_record.gateway.known import KnownSessions
 from forge_record.gateway.service import Gateway
 from forge_record.gateway.upstreams import Upstreams
+from forge_record.store import gateway as gateway_rows
 from forge_record.store import open_store
 
 
@@ -150,3 +152,40 @@ def test_serve_refuses_to_start_with_one_line(tmp_path):
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0
         assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
+
+
+def test_a_resolved_session_is_served_from_memory_until_its_ttl(gateway):
+    """A call of a session read lately needs no store; a session finished through another
+    replica is refused once the row is older than the TTL, one finished here at once."""
+    made = [call(gateway, "POST", "/sessions", b'{"harness": "claude-code"}')[1]
+            for _ in range(2)]
+    named = [keys.Named(None, "token", "/", m["token"]) for m in made]
+    assert gateway.cached(named[0]) is None  # never read: the store is asked
+    assert gateway.resolve(named[0]).session_id == made[0]["id"]
+    assert gateway.cached(named[0]).session_id == made[0]["id"]
+    with pytest.raises(Exception) as e:  # another session's path: refused from memory too
+        gateway.cached(keys.Named("other", "path", "/", made[0]["token"]))
+    assert e.value.status == 403
+    # finished through another replica (the row changed in the store, not here)
+    with gateway.store.transaction("finish elsewhere") as conn:
+        gateway_rows.finish(conn, made[0]["id"], "done", 0)
+    assert gateway.cached(named[0]).session_id == made[0]["id"]  # stale, within the TTL
+    gateway.known.ttl = 0.0
+    assert gateway.cached(named[0]) is None
+    with pytest.raises(Exception) as e:
+        gateway.resolve(named[0])
+    assert e.value.status == 409
+    gateway.known.ttl = 60.0
+    gateway.resolve(named[1])
+    assert call(gateway, "POST", f"/sessions/{made[1]['id']}/finish", b'{"status": "done"}')[0] \
+        == 200
+    assert gateway.cached(named[1]) is None  # finished here: forgotten at once
+
+
+def test_known_sessions_are_bounded():
+    known = KnownSessions(size=3)
+    for n in range(5):
+        known.remember(f"d{n}", {"session_id": f"s{n}"})
+    assert len(known) == 3 and known.fresh("d0") is None and known.fresh("d4") is not None
+    known.forget("s4")
+    assert known.fresh("d4") is None and known.any_age("d3") == {"session_id": "s3"}

@@ -4,8 +4,11 @@ control API (reward, finish, trajectories cursor) and the SIGTERM drain."""
 
 from __future__ import annotations
 
+import signal
+import socket
 import sqlite3
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -267,8 +270,24 @@ def test_sigterm_drains_an_open_stream(tmp_path, db):
         t.start()
         while not [r for r in slow.requests if r.path.startswith("/v1/messages")]:
             t.join(0.02)
+        gw.proc.send_signal(signal.SIGTERM)
+        refused = wait_refused(gw.port)
+        assert t.is_alive(), "the stream ended before the listener closed"
         assert gw.stop() == 0, "".join(gw.log)
         t.join()
+    assert refused, "a new connection was still accepted while draining"
     assert got["text"]
     con = sqlite3.connect(db)
     assert con.execute("select status from exchanges").fetchall() == [("complete",)]
+
+
+def wait_refused(port: int, within: float = 10.0) -> bool:
+    """Whether new connections to the port are refused within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.02)
+    return False

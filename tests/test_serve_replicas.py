@@ -7,8 +7,11 @@ from __future__ import annotations
 
 # ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
 import threading
+import urllib.request
 
 import anthropic
+import openai
+import orjson
 import pytest
 import sqlalchemy as sa
 from pg_relay import Relay, relayed, wait_for  # noqa: F401 - fixtures
@@ -65,6 +68,49 @@ def test_replicas_share_one_session(tmp_path, new_database):
                 assert r.stop() == 0, "".join(r.log)
 
 
+def responses_turn(replica: Served, session: dict, text: str, previous: str | None) -> str:
+    """One Codex-shaped call on a new WebSocket to this replica: only the new input and the
+    previous response's id (stored, as Codex's reconnects rely on); the new response's id."""
+    client = openai.OpenAI(api_key=session["token"], max_retries=0,
+                           base_url=f"{replica.url}/s/{session['id']}/v1")
+    chained = {"previous_response_id": previous} if previous else {}
+    with client.responses.connect() as conn:
+        conn.response.create(model="gpt-5.4", store=True, **chained,
+                             input=[{"role": "user", "content": text}])
+        while True:
+            event = orjson.loads(conn.recv_bytes())
+            assert event["type"] != "error", event
+            if event["type"] == "response.completed":
+                return event["response"]["id"]
+
+
+def test_a_responses_chain_across_replicas_is_stitched(tmp_path, new_database):
+    url = new_database()
+    with MockUpstream() as mock:
+        replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
+        try:
+            s = replicas[0].client.create_session("codex")
+            previous = None
+            for n in range(6):  # call n goes to replica n % 3, each names the one before
+                previous = responses_turn(replicas[n % 3], s, f"turn {n}", previous)
+            replicas[1].client.finish(s["id"], "done", 0)
+            store = open_store(url)
+            try:
+                stored = list(store.iter_exchanges(s["id"]))
+            finally:
+                store.close()
+        finally:
+            for r in replicas:
+                assert r.stop() == 0, "".join(r.log)
+    assert [ex.seq for ex in stored] == list(range(1, 7))
+    for n, ex in enumerate(stored):
+        assert ex.flags == [], (n, ex.flags)
+        said = [(m.role, "".join(b.text or "" for b in m.content)) for m in ex.request.messages]
+        # every call holds the whole conversation: each turn, then the answer to it
+        assert [r for r, _ in said] == ["user", "assistant"] * n + ["user"], said
+        assert [t for r, t in said if r == "user"] == [f"turn {k}" for k in range(n + 1)]
+
+
 def test_a_killed_replica_loses_nothing_finished(tmp_path, new_database):
     url = new_database()
     with MockUpstream() as mock:
@@ -106,6 +152,55 @@ def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, r
         seqs = [c["seq"] for c in calls]
         assert len(seqs) == 4 and seqs == sorted(set(seqs)), seqs
         assert all(c["status"] == "complete" for c in calls)
+
+
+def test_a_replica_killed_during_a_store_outage_loses_no_completed_call(tmp_path, relayed):
+    """Exchanges that cannot be numbered wait in the writer's spool, not in memory: SIGKILL
+    the replica while the store is unreachable, bring the store back, start a replica again:
+    every call a client completed is stored, numbered in the order the calls were made."""
+    url, relay = relayed
+    with MockUpstream() as mock:
+        gw = Served(tmp_path / "gw", url, [mock.url])
+        try:
+            s = gw.client.create_session("claude-code")
+            history: list[dict] = []
+            turn(client_at(gw, s), history)
+            relay.stop()  # Postgres unreachable
+            for _ in range(3):
+                turn(client_at(gw, s), history)
+            # the exchanges are in the writer's hands (its pipe), none left in the gateway
+            wait_for(lambda: metric(gw, "forge_record_gateway_delivery_backlog") == 0,
+                     "the gateway to hand its exchanges to the writer")
+            gw.proc.kill()
+            gw.proc.wait()
+        finally:
+            gw.stop()
+        relay.start()
+        with Served(tmp_path / "again", url, [mock.url]) as again:
+            wait_for(lambda: stored_texts(url, s["id"]) == [f"turn {n}" for n in range(4)],
+                     "the spooled calls to be replayed", timeout=90)
+            again.client.finish(s["id"], "done", 0)
+            calls = again.client.session(s["id"])["calls"]
+    assert [c["seq"] for c in calls] == [1, 2, 3, 4]
+    assert all(c["status"] == "complete" for c in calls)
+
+
+def metric(served: Served, name: str) -> float | None:
+    with urllib.request.urlopen(f"{served.url}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def stored_texts(url: str, session_id: str) -> list[str]:
+    """The last user turn of each stored call, in sequence order."""
+    store = open_store(url)
+    try:
+        return [ex.request.messages[-1].content[0].text
+                for ex in store.iter_exchanges(session_id)]
+    finally:
+        store.close()
 
 
 def test_two_writers_of_one_session_never_share_a_segment(new_database):

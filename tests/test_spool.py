@@ -20,6 +20,7 @@ from pg_relay import Relay, relayed, wait_for  # noqa: F401 - fixtures
 from support import API_KEY, make_exchange, make_session, realistic_exchanges, with_secret_headers
 
 from forge_record.store import Writer, open_store
+from forge_record.store import gateway as gateway_rows
 from forge_record.store import spool as spooling
 from forge_record.store.engine import make_engine
 from forge_record.store.items import AddExchange, AddSession, EndSession
@@ -53,6 +54,28 @@ def test_items_read_back_and_a_torn_tail_is_ignored(tmp_path):
     assert data[second : second + 1] == b"F"  # damage the second frame's payload:
     path.write_bytes(data[: second + 20] + b"\x00" + data[second + 21 :])
     assert read_items(path) == items()[:1]
+
+
+def test_an_unnumbered_exchange_is_numbered_when_written_and_once_when_replayed(tmp_path,
+                                                                               store):
+    """`serve` spools exchanges the store could not number: the flag survives the spool, the
+    write gives each its session's next number in order, a replay repeated is harmless."""
+    with store.transaction("create") as conn:
+        gateway_rows.create(conn, make_session("g"), "frs_token", {})
+    late = [AddExchange("g", make_exchange(0, started_at=100.0 + n), numbered=False)
+            for n in range(3)]
+    spool = Spool(tmp_path, "fp")
+    spool.append(late)
+    path = spool.path
+    spool.close()
+    replayed = read_items(path)
+    assert [i.numbered for i in replayed] == [False] * 3
+    with store.transaction("number one") as conn:  # another replica numbers one meanwhile
+        assert gateway_rows.next_seq(conn, "g") == 1
+    store.write(replayed, if_absent=True)
+    store.write(replayed, if_absent=True)  # the replay, once more after a crash
+    stored = list(store.iter_exchanges("g"))
+    assert [(ex.seq, ex.started_at) for ex in stored] == [(2, 100.0), (3, 101.0), (4, 102.0)]
 
 
 def test_spool_files_are_private(tmp_path):

@@ -101,6 +101,34 @@ def test_http_exchanges_are_neither_chained_nor_remembered():
     assert ws.flags == [UNRESOLVED]
 
 
+def test_a_previous_response_another_writer_stored_is_looked_up():
+    """Behind several replicas: the call before went through another writer, which stored
+    it with its whole context; this writer looks it up (per session) and goes on from it."""
+    other = ResponseChains()  # the other replica's writer
+    other.stitch(call("resp_1", [DEV, USER], [CALL]))
+    stored = other.stitch(call("resp_2", [OUTPUT], [ANSWER], previous="resp_1"))
+    asked = []
+
+    def lookup(session_id, response_id):
+        asked.append((session_id, response_id))
+        return stored if response_id == "resp_2" else None
+
+    chains = ResponseChains(lookup)
+    third = chains.stitch(call("resp_3", [USER], [ANSWER], previous="resp_2"), "s1")
+    fourth = chains.stitch(call("resp_4", [OUTPUT], [ANSWER], previous="resp_3"), "s1")
+    assert messages(third) == full(DEV, USER, CALL, OUTPUT, ANSWER, USER)
+    assert messages(fourth) == full(DEV, USER, CALL, OUTPUT, ANSWER, USER, ANSWER, OUTPUT)
+    assert not (third.flags or fourth.flags)
+    assert asked == [("s1", "resp_2")]  # once: from then on the link is in memory
+    never = chains.stitch(call("resp_9", [USER], [ANSWER], previous="resp_gone"), "s1")
+    assert never.flags == [UNRESOLVED] and messages(never) == full(USER)
+    # a stored record that was itself cut off from its chain passes the flag on
+    stored.flags.append(UNRESOLVED)
+    flagged = ResponseChains(lookup).stitch(call("resp_5", [USER], [ANSWER],
+                                                 previous="resp_2"), "s1")
+    assert flagged.flags == [UNRESOLVED]
+
+
 def test_a_malformed_previous_id_is_flagged_not_raised():
     chains = ResponseChains()
     odd = chains.stitch(call("resp_1", [USER], [ANSWER], previous={"not": "an id"}))

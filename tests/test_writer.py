@@ -66,7 +66,7 @@ def test_what_queues_up_is_written_in_batches(url):
     """While a write is slow, submissions pile up; the next transaction takes them all."""
     gate = threading.Event()
 
-    def prepare(ex: Exchange) -> Exchange:
+    def prepare(_sid: str, ex: Exchange) -> Exchange:
         gate.wait(10)  # the writer thread is busy with the first exchange meanwhile
         return ex
 
@@ -107,7 +107,7 @@ def test_submit_after_close_is_dropped_not_raised(url):
 def test_prepare_runs_in_the_writer_thread(url):
     threads = []
 
-    def prepare(ex: Exchange) -> Exchange:
+    def prepare(_sid: str, ex: Exchange) -> Exchange:
         threads.append(threading.current_thread().name)
         ex.flags.append("prepared")
         return ex
@@ -122,7 +122,7 @@ def test_prepare_runs_in_the_writer_thread(url):
 
 
 def test_a_failing_prepare_stores_the_exchange_as_captured(url, caplog):
-    def prepare(ex: Exchange) -> Exchange:
+    def prepare(_sid: str, ex: Exchange) -> Exchange:
         raise ValueError("cannot parse")
 
     writer = writer_for(url, prepare=prepare)

@@ -14,7 +14,8 @@ makes Chat Completions, Completions and SGLang `/generate` calls ask the engine 
 ids and logprobs, as `run --engine` does (docs/ENGINES.md); each session is tagged with the
 engine's name and version.
 
-SIGTERM (and Ctrl-C) drains: new calls get 503 and /readyz says not ready, calls in flight
+SIGTERM (and Ctrl-C) drains: the listener closes (new connections are refused, so a balancer
+sends them elsewhere), a new call on a connection kept open gets 503, calls in flight
 (streams and WebSockets included) run to their end (at most `--drain-timeout` seconds), the
 exchanges are numbered and the writer process writes them all, then it exits 0.
 """
@@ -37,6 +38,9 @@ from forge_record.errors import UsageError
 from forge_record.paths import home, store_url
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
+# A Codex call naming a response that went through another replica: how long this replica's
+# writer waits for that replica's writer to store it (store.responses) before flagging it.
+CHAIN_WAIT = 5.0
 
 
 @click.command()
@@ -138,7 +142,7 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
     from forge_record.writer_process import WriterProcess
 
     store = open_store(url)  # an unreachable store: one line, before anything starts
-    writer = WriterProcess(url, redact_bodies=redact, verbose=verbose)
+    writer = WriterProcess(url, redact_bodies=redact, verbose=verbose, chain_wait=CHAIN_WAIT)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -170,6 +174,7 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         stop.wait()
         click.echo("forge-record serve: draining", err=True)
         gateway.draining = True
+        proxy.stop_listening()
         deadline = time.monotonic() + drain_timeout
         while addon.inflight > 0 and time.monotonic() < deadline:
             time.sleep(0.05)

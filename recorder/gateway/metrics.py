@@ -8,7 +8,7 @@ to install. Names (all prefixed `forge_record_gateway_`):
 - `resolve_seconds`: time the gateway adds before forwarding (finding the session)
 - `delivery_backlog`: exchanges not yet numbered and handed to the writer process
 - `writer_backlog`: items waiting for the writer process's pipe
-- `lost_total`: exchanges that could not be stored (the store did not answer in time)
+- `lost_total`: exchanges the store refused (logged); an unreachable store loses none (spooled)
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ import secrets
 import socket
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from forge_record.exporters.trajectories import trajectory
 from forge_record.exporters.units import load_session, threads
 from forge_record.gateway import keys
 from forge_record.gateway.env import session_env
+from forge_record.gateway.known import KnownSessions
 from forge_record.gateway.upstreams import Upstreams
 from forge_record.records import Exchange, Session
 from forge_record.store import gateway as rows
@@ -40,8 +40,7 @@ from forge_record.store.store import StoreUnavailable
 log = logging.getLogger("forge_record")
 
 FLUSH_WAIT = 15.0  # how long a finish waits for the session's exchanges to be stored
-RETRY_EVERY = 1.0  # while the store is down: how often numbering is tried again
-MAX_WAITING = 100_000  # exchanges kept in memory for numbering while the store is down
+MAX_UNNUMBERED = 100_000  # sessions remembered as numbered by the writer (oldest forgotten)
 _FLUSH_POLL = 0.05
 WORKERS = 16  # threads for store work; the event loop only hands work to them
 
@@ -79,14 +78,13 @@ class Gateway:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="forge-record-gateway")
         self._lock = threading.Lock()
         self._delivering: dict[str, int] = {}  # session -> exchanges handed to the pool
-        # While the store is down, exchanges wait here, in order, to be numbered; sessions
-        # seen open before keep being served from `_known` (token hash -> session row).
-        self._waiting: deque[tuple[str, Exchange]] = deque()
-        self._retrying: threading.Thread | None = None
-        self._known: dict[str, dict[str, Any]] = {}
-        self.lost = 0  # exchanges that could not be numbered (the store did not answer)
+        # Sessions whose exchanges this replica hands to the writer unnumbered (since the
+        # store could not number one): the writer numbers them in the order it gets them.
+        self._unnumbered: dict[str, None] = {}
+        # Sessions read lately: calls skip the store lookup, and go on through an outage.
+        self.known = KnownSessions()
+        self.lost = 0  # exchanges the store refused (logged)
         self.draining = False
-        self._closing = threading.Event()
         self.engine_tags: dict[str, str] = {}  # every session's: the engine's name, version
 
     # --- for the event loop --------------------------------------------------------------
@@ -108,24 +106,14 @@ class Gateway:
         return sink
 
     def pending(self) -> int:
-        """Exchanges not yet handed to the writer (on their way, or waiting for the store)."""
+        """Exchanges not yet handed to the writer."""
         with self._lock:
-            return sum(self._delivering.values()) + len(self._waiting)
+            return sum(self._delivering.values())
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Wait for every exchange to be numbered and handed to the writer; ones still
-        waiting for the store after `timeout` are lost (counted)."""
+    def close(self) -> None:
+        """Wait until every exchange is in the writer's hands (numbered or not: a store that
+        does not answer delays nothing here, store.deadline bounds each attempt)."""
         self._pool.shutdown(wait=True)
-        deadline = time.monotonic() + timeout
-        while self._waiting and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self._closing.set()
-        with self._lock:
-            if self._waiting:
-                log.error("forge-record: the store did not come back; %d exchanges are not "
-                          "stored", len(self._waiting))
-            self.lost += len(self._waiting)
-            self._waiting.clear()
 
     # --- auth ------------------------------------------------------------------------------
 
@@ -133,6 +121,16 @@ class Gateway:
         scheme, _, value = (authorization or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
                                                                   self._secret.encode())
+
+    def cached(self, named: keys.Named) -> Resolved | None:
+        """On the event loop: the call's session from a row read less than KnownSessions'
+        TTL ago, or Refused; None when the store must be asked (`resolve`)."""
+        if named.token is None:
+            return None
+        row = self.known.fresh(rows.token_hash(named.token))
+        if row is None or row["keyed_by"] is None:
+            return None
+        return _admit(row, named)
 
     def resolve(self, named: keys.Named) -> Resolved:
         """The session a proxied call belongs to, or Refused (401: no valid token; 403: the
@@ -144,41 +142,38 @@ class Gateway:
             with self.store.reading("find session") as conn:
                 row = rows.by_token(conn, named.token)
         except StoreUnavailable:
-            row = self._known.get(digest)  # the store is down: a session seen open goes on
+            row = self.known.any_age(digest)  # the store is down: a session seen open goes on
             if row is None:
                 raise
         if row is None:
             raise Refused(401, "unknown session token")
-        if named.session_id is not None and named.session_id != row["session_id"]:
-            raise Refused(403, "this token belongs to another session")
-        if row["status"] != rows.OPEN:
-            raise Refused(409, f"session {row['session_id']} is finished ({row['status']})")
+        resolved = _admit(row, named)
         if row["keyed_by"] is None:
             with self.store.transaction("note how a session is named") as conn:
                 rows.note_keyed_by(conn, row["session_id"], named.how)
             row = {**row, "keyed_by": named.how}
-        if len(self._known) > 100_000:
-            self._known.clear()
-        self._known[digest] = row
-        return Resolved(row["session_id"], named.how)
+        self.known.remember(digest, row)
+        return resolved
 
     # --- exchanges -------------------------------------------------------------------------
 
     def _deliver(self, session_id: str, exchange: Exchange) -> None:
-        """Number the exchange in its session's sequence (shared by all replicas), then hand
-        it to the writer process. While the store is down (or exchanges already wait), it
-        waits in memory, in order, for the store to come back."""
+        """Number the exchange in its session's sequence (shared by all replicas) and hand it
+        to the writer process. When the store cannot number it now, it goes to the writer
+        unnumbered, and so does every later exchange of its session here (their order is the
+        writer's order): the writer numbers each as it writes it, and while the store is down
+        it spools them, in order, and numbers them as it replays (store.batch). So nothing
+        waits in this process's memory alone: a replica killed during an outage leaves them
+        in its writer's spool, which its writer, or the next one for the store, replays."""
         try:
-            with self._lock:
-                behind = bool(self._waiting)
-                if behind:
-                    self._wait(session_id, exchange)
-            if not behind:
-                self._number(session_id, exchange)
-        except StoreUnavailable:
-            with self._lock:
-                self._wait(session_id, exchange)
-        except (StoreError, KeyError) as e:
+            if session_id not in self._unnumbered:
+                try:
+                    self._number(session_id, exchange)
+                    return
+                except StoreUnavailable:
+                    self._writer_numbers(session_id)
+            self.writer.submit_exchange(session_id, exchange, numbered=False)
+        except StoreError as e:
             self.lost += 1
             log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
         finally:
@@ -194,37 +189,11 @@ class Gateway:
             exchange.seq = rows.next_seq(conn, session_id)
         self.writer.submit_exchange(session_id, exchange)
 
-    def _wait(self, session_id: str, exchange: Exchange) -> None:
-        """Under _lock: keep the exchange for numbering once the store answers."""
-        if len(self._waiting) >= MAX_WAITING:
-            self.lost += 1
-            return
-        self._waiting.append((session_id, exchange))
-        if self._retrying is None or not self._retrying.is_alive():
-            self._retrying = threading.Thread(target=self._retry, daemon=True,
-                                              name="forge-record-renumber")
-            self._retrying.start()
-
-    def _retry(self) -> None:
-        while not self._closing.is_set():
-            with self._lock:
-                if not self._waiting:
-                    return
-                session_id, exchange = self._waiting[0]
-            try:
-                self._number(session_id, exchange)
-            except StoreUnavailable:
-                self._closing.wait(RETRY_EVERY)
-                continue
-            except (StoreError, KeyError) as e:
-                self.lost += 1
-                log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
-            with self._lock:
-                if self._waiting and self._waiting[0][1] is exchange:
-                    self._waiting.popleft()
-
-    def waiting(self) -> int:
-        return len(self._waiting)
+    def _writer_numbers(self, session_id: str) -> None:
+        with self._lock:
+            self._unnumbered[session_id] = None
+            if len(self._unnumbered) > MAX_UNNUMBERED:
+                del self._unnumbered[next(iter(self._unnumbered))]
 
     # --- the control API's operations ------------------------------------------------------
 
@@ -264,6 +233,7 @@ class Gateway:
             changed, row = rows.finish(conn, sid, status, exit_code)
             if changed:
                 Writes().apply(conn, [EndSession(sid, row["finished_at"], exit_code)])
+        self.known.forget(sid)  # refused here at once; elsewhere within KnownSessions' TTL
         answer = {"id": sid, "already_finished": not changed, **_finished(row)}
         if changed and missing:
             answer["missing_calls"] = missing
@@ -277,9 +247,8 @@ class Gateway:
             with self.store.reading("count exchanges") as conn:
                 row = rows.get(conn, sid) or {"calls": 0}
                 missing = row["calls"] - rows.stored_calls(conn, sid)
-            with self._lock:  # still to be numbered: on their way, or waiting for the store
-                on_way = self._delivering.get(sid, 0) + sum(
-                    1 for waiting_sid, _ in self._waiting if waiting_sid == sid)
+            with self._lock:  # not yet in the writer's hands
+                on_way = self._delivering.get(sid, 0)
             if (missing <= 0 and not on_way) or time.monotonic() > deadline:
                 return max(missing, 0) + on_way
             time.sleep(_FLUSH_POLL)
@@ -335,6 +304,16 @@ class Gateway:
         if row is None:
             raise Refused(404, f"no session {sid!r}")
         return row
+
+
+def _admit(row: dict[str, Any], named: keys.Named) -> Resolved:
+    """The call's session if its token may use it (403: another session's path or header;
+    409: finished), else Refused."""
+    if named.session_id is not None and named.session_id != row["session_id"]:
+        raise Refused(403, "this token belongs to another session")
+    if row["status"] != rows.OPEN:
+        raise Refused(409, f"session {row['session_id']} is finished ({row['status']})")
+    return Resolved(row["session_id"], named.how)
 
 
 def _finished(row: dict[str, Any]) -> dict[str, Any]:
