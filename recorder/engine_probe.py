@@ -100,6 +100,18 @@ def _models(base: str, timeout: float) -> list[str]:
     return [m["id"] for m in entries or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
+def served_model(urls: list[str], found: Found | None = None) -> str | None:
+    """The model bridged calls ask the engine for: the first one the engine serves (`GET
+    /v1/models`), or None (they then keep the agent's model name) when none answers."""
+    if found is not None and found.models:
+        return found.models[0]
+    for url in urls:
+        for base in _bases(url):
+            if models := _models(base, TIMEOUT):
+                return models[0]
+    return None
+
+
 def _bases(url: str) -> list[str]:
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"

@@ -18,7 +18,7 @@ from support import Arrivals
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder
 from forge_record.bridge.pairs import Pairs, link_of
-from forge_record.commands.run import served_model
+from forge_record.engine_probe import served_model
 from forge_record.exporters import export
 from forge_record.finalize import finalize
 from forge_record.lineage import analyze

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+import orjson
 
 from forge_record.errors import ForgeRecordError
 from forge_record.logs import setup_logging  # noqa: F401 - the commands' set-up
@@ -53,3 +56,27 @@ def key_value(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"expected K=V, got {item!r}", ctx=ctx, param=param)
         out[key.strip()] = value.strip()
     return out
+
+
+def key_json(ctx, param, values: tuple[str, ...]) -> dict[str, Any]:
+    """Parse repeatable K=V options whose V is JSON, else a string (`--engine-param`)."""
+    return {key: _json_or_text(value) for key, value in key_value(ctx, param, values).items()}
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return value
+
+
+def engine_options(command):
+    """`--engine-model` and `--engine-param`, as `run` and `serve` take them."""
+    command = click.option(
+        "--engine-param", "engine_params", multiple=True, callback=key_json, metavar="KEY=VALUE",
+        help="With an engine: set this in every bridged call to the engine, over what the "
+        "agent asked (VALUE is JSON, else a string), e.g. temperature=0. Repeatable.")(command)
+    return click.option(
+        "--engine-model", metavar="NAME",
+        help="With an engine: the model name bridged calls (Anthropic Messages, ...) ask "
+        "the engine for [default: the first the engine's /v1/models lists].")(command)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import click
 
 from forge_record import config, engine_probe, harness_shims, launch, trust
-from forge_record.commands.common import key_value, open_store, store_option
+from forge_record.commands.common import engine_options, key_value, open_store, store_option
 from forge_record.commands.sessions import counted
 from forge_record.errors import StoreError, UsageError
 from forge_record.harness_shims import Shim
@@ -56,13 +56,7 @@ from forge_record.redact.argv import mask_argv
 )
 @click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
               help="With --engine: alternatives recorded per sampled token.")
-@click.option("--engine-model", metavar="NAME",
-              help="With --engine: the model name bridged calls (Anthropic Messages, ...) ask "
-              "the engine for [default: the first the engine's /v1/models lists].")
-@click.option("--engine-param", "engine_params", multiple=True, callback=key_value,
-              metavar="KEY=VALUE",
-              help="With --engine: set this in every bridged call to the engine, over what the "
-              "agent asked (VALUE is JSON, else a string), e.g. temperature=0. Repeatable.")
+@engine_options
 @click.option("--tag", multiple=True, callback=key_value, metavar="K=V", help="Tag the session.")
 @click.option(
     "--set", "settings", multiple=True, callback=key_value, metavar="OPTION=VALUE",
@@ -97,8 +91,9 @@ def run(store, mode, harness, upstream, engine, top_logprobs, engine_model, engi
     route = plan_route(shim, mode, dict(os.environ), _check_upstreams(upstream), argv)
     found = pick_engine(route, engine, top_logprobs)
     if route.engine:
-        route.engine_model = engine_model or served_model(engine_urls(route))
-        route.engine_params = {k: _json_or_text(v) for k, v in engine_params.items()}
+        route.engine_model = engine_model or engine_probe.served_model(
+            engine_urls(route), found)
+        route.engine_params = engine_params
     redactor = None if no_redact_bodies else config.redactor(home())
     # Tag values are redacted even with --no-redact-bodies: they are not bodies.
     tags = (redactor or config.redactor(home())).tags(
@@ -122,15 +117,6 @@ class Route:
     engine_params: dict = field(default_factory=dict)  # set in every bridged call
 
 
-def _json_or_text(value: str):
-    import json
-
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
 def engine_urls(route: Route) -> list[str]:
     """Where the engine may be: the upstreams, and a reverse target on loopback."""
     urls = list(route.upstreams.values())
@@ -138,22 +124,6 @@ def engine_urls(route: Route) -> list[str]:
     if route.mode == "reverse" and urlsplit(target).hostname in LOOPBACK:
         urls.append(target)
     return urls
-
-
-def served_model(urls) -> str | None:
-    """The first model an engine upstream serves (`GET /v1/models`), or None (bridged calls
-    then keep the agent's model name) when none answers."""
-    import json
-    import urllib.request
-
-    for url in urls:
-        base = url.rstrip("/").removesuffix("/v1")
-        try:
-            with urllib.request.urlopen(f"{base}/v1/models", timeout=5) as answer:
-                return json.load(answer)["data"][0]["id"]
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
-            continue
-    return None
 
 
 def pick_engine(route: Route, engine: str | None, top_logprobs: int

@@ -3,6 +3,7 @@
     forge-record serve --store URL --upstream URL [--upstream URL ...] --admin-token-file F
                        [--listen 127.0.0.1:8080] [--public-url URL] [--upstream-key-file F]
                        [--engine auto|vllm|sglang|none] [--top-logprobs N]
+                       [--engine-model NAME] [--engine-param K=V ...]
 
 The same in-process mitmproxy, recording addons and writer process as `forge-record run`, in
 reverse mode, with forge_record.addons.gateway in front (docs/ROLLOUTS.md). It listens on
@@ -27,13 +28,13 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
 from forge_record import trust
-from forge_record.commands.common import setup_logging, store_option
+from forge_record.commands.common import engine_options, setup_logging, store_option
 from forge_record.errors import UsageError
 from forge_record.paths import home, store_url
 
@@ -67,11 +68,13 @@ CHAIN_WAIT = 5.0
               "recorded and kept from the agent. auto: probe the upstreams once at start.")
 @click.option("--top-logprobs", type=click.IntRange(0, 20), default=0, show_default=True,
               help="With an engine: alternatives recorded per sampled token.")
+@engine_options
 @click.option("--log-calls", is_flag=True, help="Write one JSON line per call to stderr.")
 @click.option("--no-redact-bodies", is_flag=True, help="Keep secrets found inside bodies.")
 @click.option("-v", "--verbose", count=True, help="Log what the gateway does (-vv: more).")
 def serve(store, listen, upstreams, admin_token_file, upstream_key_file, public_url,
-          drain_timeout, engine, top_logprobs, log_calls, no_redact_bodies, verbose) -> None:
+          drain_timeout, engine, top_logprobs, engine_model, engine_params, log_calls,
+          no_redact_bodies, verbose) -> None:
     """Record many rollout sessions as a shared reverse-proxy gateway."""
     setup_logging(verbose)
     host, port = parse_listen(listen)
@@ -88,23 +91,27 @@ def serve(store, listen, upstreams, admin_token_file, upstream_key_file, public_
     run_gateway(store_url(store), ups, host, port, admin_token=admin, upstream_key=key,
                 public_url=public_url, drain_timeout=drain_timeout, log_calls=log_calls,
                 redact=not no_redact_bodies, verbose=verbose,
-                engine=EngineSetting(engine, top_logprobs))
+                engine=EngineSetting(engine, top_logprobs, engine_model, engine_params))
 
 
 @dataclass(frozen=True)
 class EngineSetting:
-    """`--engine` (auto, vllm, sglang, none) and `--top-logprobs`."""
+    """`--engine` (auto, vllm, sglang, none), `--top-logprobs`, `--engine-model` and
+    `--engine-param`."""
 
     choice: str = "none"
     top_logprobs: int = 0
+    model: str | None = None
+    params: dict = field(default_factory=dict)
 
-    def resolve(self, urls: list[str]) -> tuple[str | None, dict[str, str]]:
-        """(the engine the gateway asks for tokens, or None; its sessions' tags), after one
-        probe of the upstreams (forge_record.engine_probe)."""
+    def resolve(self, urls: list[str]) -> tuple[str | None, str | None, dict[str, str]]:
+        """(the engine the gateway asks for tokens, or None; the model bridged calls ask it
+        for; its sessions' tags), after one probe of the upstreams (forge_record.engine_probe)."""
         from forge_record import engine_probe
 
         name, found = engine_probe.resolve(self.choice, urls, _say)
-        return name, engine_probe.session_tags(name, found)
+        model = (self.model or engine_probe.served_model(urls, found)) if name else None
+        return name, model, engine_probe.session_tags(name, found)
 
 
 def _say(line: str) -> None:
@@ -154,11 +161,13 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
                           public_url=public_url or "", upstream_key=upstream_key)
         engine = engine or EngineSetting()
         # once the store is known to answer, before the proxy runs: no call waits on it
-        engine_name, gateway.engine_tags = engine.resolve([u.url for u in ups.all])
+        engine_name, engine_model, gateway.engine_tags = engine.resolve(
+            [u.url for u in ups.all])
         metrics = Metrics(gateway.pending, lambda: len(writer._backlog), lambda: gateway.lost)
         # Calls without a session never reach a sink; those with one carry their own.
         recorder = Recorder(_unowned, record_any_host=True, engine=engine_name,
-                            top_logprobs=engine.top_logprobs)
+                            top_logprobs=engine.top_logprobs, engine_model=engine_model,
+                            engine_params=engine.params)
         addon = GatewayAddon(gateway, WebSocketRecorder(recorder), metrics, log_calls)
         proxy = InProcessProxy(addon, mode=f"reverse:{ups.all[0].url}",
                                confdir=trust.confdir(home()), listen=(host, port),
