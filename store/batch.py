@@ -271,6 +271,8 @@ def _row(session_id: str, ex: Exchange, enc: Encoded) -> dict[str, Any]:
         "record": enc.record,
         "raw_request": enc.raw_request,
         "raw_response": enc.raw_response,
+        "raw_request_size": len(ex.raw_request),
+        "raw_response_size": len(ex.raw_response),
         "layout": LAYOUT_CONTENT,
         "segment": enc.segment,
         "piece": enc.piece,
