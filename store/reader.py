@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from forge_record.errors import StoreError
 from forge_record.identity import blob_name
 from forge_record.records import Exchange, exchange_from_dict
-from forge_record.store import compression, content, delta
+from forge_record.store import compression, content, delta, dictionaries
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
 from forge_record.store.segments import request_hint, response_hint
 
@@ -37,7 +37,7 @@ _BLOB_PLACES = sa.select(blobs.c.hash, blobs.c.pack_id, blobs.c.start, blobs.c.l
     blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
 _PACK_GROUPS = sa.select(packs.c.group_id, sa.func.max(packs.c.id)).where(
     packs.c.id.in_(sa.bindparam("ids", expanding=True))).group_by(packs.c.group_id)
-_GROUP_PACKS = sa.select(packs.c.id, packs.c.data).where(
+_GROUP_PACKS = sa.select(packs.c.id, packs.c.data, packs.c.dictionary_id).where(
     packs.c.group_id == sa.bindparam("group"), packs.c.id <= sa.bindparam("last")
 ).order_by(packs.c.id)
 _SEGMENTS = sa.select(exchanges.c.segment).distinct().where(
@@ -69,6 +69,7 @@ class BlobReader:
         self._conn = conn
         self._plain: dict[str, bytes] = {}
         self._packs: dict[int, bytes] = {}  # pack id -> plain bytes
+        self._dictionaries: dict[int, bytes] = {}  # id -> plain bytes
 
     def get(self, blob: str) -> bytes:
         if blob not in self._plain:
@@ -98,8 +99,17 @@ class BlobReader:
         groups = self._conn.execute(_PACK_GROUPS, {"ids": sorted(ids)}).all()
         for group, last in groups:
             rows = self._conn.execute(_GROUP_PACKS, {"group": group, "last": last}).all()
-            plains = compression.decode_pieces(r.data for r in rows)
+            plains = compression.decode_pieces((r.data for r in rows),
+                                               self._dictionary(rows[0].dictionary_id))
             self._packs.update((r.id, p) for r, p in zip(rows, plains, strict=True))
+
+
+    def _dictionary(self, dictionary_id: int | None) -> bytes:
+        if dictionary_id is None:
+            return b""
+        if dictionary_id not in self._dictionaries:
+            self._dictionaries[dictionary_id] = dictionaries.plain(self._conn, dictionary_id)
+        return self._dictionaries[dictionary_id]
 
 
 def segment_manifests(

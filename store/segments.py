@@ -12,6 +12,9 @@ last few exchanges, which later ones derive from:
   part of them, so a moved marker does not break the chain.
 - Raw parent: the same exchange, unless its raw chain is RAW_KEYFRAME_EVERY long (see
   store.delta).
+- Dictionary: the pack stream starts from the harness version's dictionary when the store
+  has one (store.dictionaries); until then the encoder keeps the first dictionaries.SIZE
+  bytes it packs, which the store offers as one once there are dictionaries.MAKE_AFTER.
 - A segment ends when its streams have taken SEGMENT_BYTES of plain input, so that reading
   one exchange never decodes more than that; the next exchange starts a new segment with a
   fresh encoder and no parent.
@@ -33,7 +36,7 @@ import orjson
 from forge_record.identity import blob_name
 from forge_record.records import Exchange, Request
 from forge_record.shared_ends import shared_prefix
-from forge_record.store import compression, content, delta
+from forge_record.store import compression, content, delta, dictionaries
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
@@ -69,13 +72,35 @@ class _Seen:
 @dataclass
 class SessionEncoder:
     segment: int
+    harness: str = ""  # dictionaries.key of the segment's first exchange
+    dictionary: tuple[int, bytes] | None = None  # (id, plain bytes) its pack streams start from
     pieces: int = 0
     group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
     _manifests: compression.Stream = field(default_factory=compression.Stream)
-    _packs: compression.Stream = field(default_factory=compression.Stream)
+    _packs: compression.Stream = field(init=False)
+    _material: list[bytes] = field(default_factory=list)  # what it packed, for a dictionary
+    _material_size: int = 0
     _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
     _packed_at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self._packs = self._pack_stream()
+
+    @property
+    def dictionary_id(self) -> int | None:
+        return self.dictionary[0] if self.dictionary else None
+
+    def take_dictionary(self) -> bytes | None:
+        """What this encoder packed, once it is enough to make its harness version's
+        dictionary (then only once); None if it uses one already or has too little yet."""
+        if self.dictionary or self._material_size < dictionaries.MAKE_AFTER:
+            return None
+        out, self._material, self._material_size = b"".join(self._material), [], -1 << 62
+        return out[: dictionaries.SIZE]
+
+    def _pack_stream(self) -> compression.Stream:
+        return compression.Stream(prefix=self.dictionary[1] if self.dictionary else b"")
 
     @property
     def full(self) -> bool:
@@ -116,9 +141,13 @@ class SessionEncoder:
         group none of whose blobs were kept (it spares groups younger than its grace)."""
         now = time.monotonic()
         if now - self._packed_at > PACK_IDLE:
-            self._packs, self.group = compression.Stream(), secrets.randbits(62)
+            self._packs, self.group = self._pack_stream(), secrets.randbits(62)
         self._packed_at = now
-        return self._packs.piece(b"".join(datas)), spans(datas)
+        plain = b"".join(datas)
+        if self.dictionary is None and 0 <= self._material_size < dictionaries.SIZE:
+            self._material.append(plain)
+            self._material_size += len(plain)
+        return self._packs.piece(plain), spans(datas)
 
     def _parent(self, ex: Exchange) -> tuple[_Seen | None, int]:
         if ex.request is None or not ex.request.messages:
