@@ -38,7 +38,7 @@ def encode(body: bytes, parent: bytes | None, hint: bytes) -> bytes:
     p = common_prefix(body, parent)
     s = common_suffix(body, parent, min(len(body), len(parent)) - p)
     middle, base = body[p : len(body) - s], parent[p : len(parent) - s]
-    return b"D" + _varint(p) + _varint(s) + compression.compress_with(middle, hint + base)
+    return b"D" + varint(p) + varint(s) + compression.compress_with(middle, hint + base)
 
 
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
@@ -49,14 +49,14 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
         return compression.decompress_with(rest, hint)
     if kind != b"D" or parent is None:
         raise ValueError(f"not a raw body frame, or a delta without its parent: {kind!r}")
-    p, at = _read_varint(rest, 0)
-    s, at = _read_varint(rest, at)
+    p, at = read_varint(rest, 0)
+    s, at = read_varint(rest, at)
     base = parent[p : len(parent) - s]
     middle = compression.decompress_with(rest[at:], hint + base)
     return parent[:p] + middle + parent[len(parent) - s :]
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -65,7 +65,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+def read_varint(data: bytes, at: int) -> tuple[int, int]:
     n = shift = 0
     while True:
         byte = data[at]

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 from forge_record.errors import StoreError
 from forge_record.identity import blob_name
-from forge_record.records import Exchange, exchange_from_dict
-from forge_record.store import compression, content, delta, dictionaries
+from forge_record.records import Exchange, Tokens, exchange_from_dict
+from forge_record.store import compression, content, delta, dictionaries, tokens
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
 from forge_record.store.segments import request_hint, response_hint
 
@@ -145,6 +145,7 @@ class SessionReader:
         self._segment_of: dict[int, int] = {}
         self._raw: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()
         self._frames_of: dict[int, tuple[bytes, bytes]] = {}  # prefetched raw frames
+        self._tokens: OrderedDict[int, Tokens | None] = OrderedDict()
 
     def add_segment(self, segment: int, upto: int | None = None, preload: bool = True) -> None:
         """Decode a segment's manifests (up to piece `upto`); with `preload`, fetch every blob
@@ -165,6 +166,7 @@ class SessionReader:
             names.update(content.referenced(found))
             if found["request"] is not None and (s == seq or found["raw_parent"] is None):
                 names.update(self.names(s))  # the record, or a keyframe's hint
+        names.update(self._token_chain(seq))
         self.blobs.load(names)
         if raw:
             where = {"session_id": self.session_id, "seqs": chain}
@@ -181,7 +183,31 @@ class SessionReader:
         found = self.manifests[seq]
         names = self.names(seq)
         bodies = self.raw(seq, frames) if raw else (b"", b"")
-        return content.rebuild(found, names, self.decoded, *bodies)
+        return content.rebuild(found, names, self.decoded, *bodies, tokens=self.tokens(seq))
+
+    def tokens(self, seq: int) -> Tokens | None:
+        """The engine tokens of `seq` whose manifest names a token blob, decoding its token
+        parents first (cached); None otherwise."""
+        if seq in self._tokens:
+            self._tokens.move_to_end(seq)
+            return self._tokens[seq]
+        ref = content.token_ref(self.manifests[seq]["response"])
+        found = None
+        if ref is not None:
+            base = tokens.full(self.tokens(ref["parent"])) if ref["parent"] is not None else None
+            found = tokens.decode(self.blobs.get(ref["blob"]), base)
+        self._tokens[seq] = found
+        if len(self._tokens) > _RAW_CACHE:
+            self._tokens.popitem(last=False)
+        return found
+
+    def _token_chain(self, seq: int) -> list[str]:
+        """The token blobs rebuilding `seq`'s tokens reads (at most tokens.KEYFRAME_EVERY)."""
+        out, at = [], seq
+        while at is not None and (ref := content.token_ref(self.manifests[at]["response"])):
+            out.append(ref["blob"])
+            at = ref["parent"]
+        return out
 
     def names(self, seq: int) -> list[str]:
         segment = self._segment_of[seq]

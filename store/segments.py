@@ -36,7 +36,7 @@ import orjson
 from forge_record.identity import blob_name
 from forge_record.records import Exchange, Request
 from forge_record.shared_ends import shared_prefix
-from forge_record.store import compression, content, delta, dictionaries
+from forge_record.store import compression, content, delta, dictionaries, tokens
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
@@ -67,6 +67,8 @@ class _Seen:
     raw_request: bytes
     raw_response: bytes
     raw_depth: int  # 0 for a keyframe
+    tokens: list[int] | None = None  # engine prompt then output ids, what a child may keep
+    tokens_depth: int = 0  # 0 for a call whose token blob keeps no parent ids
 
 
 @dataclass
@@ -117,20 +119,24 @@ class SessionEncoder:
             names = (parent.names[:keep] if parent else []) + append
             refs = content.request_refs(ex.request, parts, parent and parent.seq, keep, append)
         answer = self._keep(content.answer_blob(ex.response), blobs) if ex.response else None
+        token_ref, token_depth = self._tokens(ex, parent, blobs)
         raw_parent = parent if parent and parent.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY else None
         hint = self._request_hint(refs, names, raw_parent is None)
         raw_request = delta.encode(
             ex.raw_request, raw_parent.raw_request if raw_parent else None, hint)
         raw_response = delta.encode(ex.raw_response, None, response_hint(
             raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")))
-        found = content.manifest(ex, refs, answer, raw_parent and raw_parent.seq)
+        found = content.manifest(ex, refs, answer, raw_parent and raw_parent.seq, token_ref)
         piece = self._manifests.piece(orjson.dumps(found))
         self._recent.append(_Seen(
             ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
-            raw_parent.raw_depth + 1 if raw_parent else 0))
+            raw_parent.raw_depth + 1 if raw_parent else 0,
+            tokens.full(ex.response and ex.response.tokens), token_depth))
         self.pieces += 1
-        # Only messages appended to this session's own history are certainly new.
-        shared = set(blobs) - set(refs["append"] if refs and parent else ()) - {answer}
+        # Only messages appended to this session's own history are certainly new, and a
+        # call's token blob is its own.
+        mine = {answer, token_ref and token_ref["blob"]}
+        shared = set(blobs) - set(refs["append"] if refs and parent else ()) - mine
         return Encoded(ex.seq, self.segment, self.pieces - 1, piece, raw_request, raw_response,
                        blobs, shared)
 
@@ -163,6 +169,18 @@ class SessionEncoder:
                 if k > keep:
                     best, keep = seen, k
         return best, keep
+
+    def _tokens(self, ex: Exchange, parent: _Seen | None,
+                blobs: dict[str, bytes]) -> tuple[dict | None, int]:
+        """The manifest's reference to the call's token blob, and its depth in its chain:
+        prompt ids are kept as what they add to the message parent's ids (store.tokens)."""
+        if ex.response is None or ex.response.tokens is None:
+            return None, 0
+        base = parent if parent and parent.tokens and \
+            parent.tokens_depth + 1 < tokens.KEYFRAME_EVERY else None
+        data, keep = tokens.encode(ex.response.tokens, base and base.tokens)
+        ref = {"blob": self._keep(data, blobs), "parent": base.seq if base and keep else None}
+        return ref, base.tokens_depth + 1 if base and keep else 0
 
     def _parts(self, request: Request, parent: _Seen | None, blobs: dict[str, bytes]) -> dict:
         made = {"system": lambda: content.system_blob(request),
