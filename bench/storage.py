@@ -50,12 +50,14 @@ MB = 1e6
 REDACTOR = Redactor(b"bench-storage-key")
 
 
-def exchanges(calls: int, seed: int) -> tuple[list[Exchange], list[str]]:
+def exchanges(calls: int, seed: int, harness: int | None = None,
+              ) -> tuple[list[Exchange], list[str]]:
     """Captured exchanges (request not parsed yet, as the addon hands them over), and each
-    call's chain name."""
+    call's chain name. Sessions with the same `harness` seed share a harness version and a
+    project (gen_session)."""
     dialect = anthropic_messages.DIALECT
     out, chains = [], []
-    for seq, call in enumerate(gen_session.calls(calls, seed), 1):
+    for seq, call in enumerate(gen_session.calls(calls, seed, harness_seed=harness), 1):
         decoder = dialect.response_decoder("text/event-stream")
         decoder.feed(call.response)
         out.append(Exchange(
@@ -235,12 +237,122 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
           f"{size / sessions / 1e3:.0f} KB a session: {raw * sessions / size:.0f}x")
 
 
+# --- 4. on disk, against another revision -----------------------------------------------
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
+
+
+def disk_figures(calls: int, team: int, tmp: Path) -> dict[str, float]:
+    """The figures issue 21 asks for, with whatever forge_record this process imports: one
+    session in a fresh SQLite file after a checkpoint, and `team` sessions of one harness
+    version and project in one fresh Postgres database (every relation, with indexes, TOAST
+    and map forks)."""
+    out: dict[str, float] = {}
+    sent = exchanges(calls, 0)[0]
+    raw = sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+    path = tmp / "one.db"
+    with open_store(f"sqlite:///{path}") as store:
+        record(store, "one", sent)
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    out["sqlite_one_session_bytes"] = os.path.getsize(path)
+    out["sqlite_one_session_ratio"] = raw / os.path.getsize(path)
+    if team:
+        out.update(_team(calls, team))
+    return out
+
+
+def _team(calls: int, team: int) -> dict[str, float]:
+    import sqlalchemy as sa
+
+    name = f"bench_storage_{os.getpid()}"
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        raw = 0
+        with open_store(PG_ADMIN.rsplit("/", 1)[0] + "/" + name) as store:
+            for seed in range(team):
+                sent = exchanges(calls, seed, TEAM_HARNESS)[0]
+                raw += sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+                record(store, f"team-{seed}", sent)
+            with store.reading("measure") as conn:
+                size = int(conn.scalar(sa.text(
+                    "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN "
+                    "pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+                    "AND c.relkind = 'r'")))
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+    return {"postgres_team_sessions": team, "postgres_team_bytes": size,
+            "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team}
+
+
+def baseline(rev: str, calls: int, team: int) -> dict[str, float]:
+    """disk_figures() run by the forge_record of revision `rev` (a git worktree in /tmp, its
+    packages laid out as the installed package maps them), with this bench's session."""
+    import json
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    tree = Path(tempfile.gettempdir()) / f"forge-record-{rev}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), rev],
+                       check=True, capture_output=True)
+    pkg = tree.parent / f"forge-record-{rev}-pkg"
+    if not pkg.exists():
+        (pkg / "forge_record").mkdir(parents=True)
+        for entry in (tree / "recorder").iterdir():
+            (pkg / "forge_record" / entry.name).symlink_to(entry)
+        for sub, folder in (("addons", "addons"), ("harness_shims", "harness_shims"),
+                            ("store", "store")):
+            (pkg / "forge_record" / sub).symlink_to(tree / folder)
+    done = subprocess.run(
+        [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team)],
+        env={**os.environ, "PYTHONPATH": str(pkg)}, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def compare(calls: int, team: int, rev: str | None) -> None:
+    import forge_record
+
+    with tempfile.TemporaryDirectory() as tmp:
+        now = disk_figures(calls, team, Path(tmp))
+    print(f"4. on disk ({Path(forge_record.__file__).parent})")
+    then = baseline(rev, calls, team) if rev else {}
+    for key, value in now.items():
+        if key.endswith("ratio"):
+            before = f"   revision {rev}: {then[key]:6.0f}x" if key in then else ""
+            print(f"  {key:<34} {value:6.0f}x{before}")
+        elif key.endswith("bytes") or key.endswith("per_session"):
+            before = f"   revision {rev}: {then[key] / 1e3:8.1f} KB" if key in then else ""
+            print(f"  {key:<34} {value / 1e3:8.1f} KB{before}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=150)
     parser.add_argument("--sessions", type=int, default=3, help="for the file-size figure")
     parser.add_argument("--store", help="an empty store to measure in (default: a temp SQLite)")
+    parser.add_argument("--team", type=int, default=20,
+                        help="sessions of one harness version in a fresh Postgres (0: none)")
+    parser.add_argument("--baseline", metavar="REV", help="also measure on-disk figures at REV")
+    parser.add_argument("--on-disk", action="store_true", help="only the on-disk figures")
+    parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.on_disk_json:
+        import json
+
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(disk_figures(args.calls, args.team, Path(tmp))))
+        return
+    if args.on_disk:
+        compare(args.calls, args.team, args.baseline)
+        return
     sent, chains = exchanges(args.calls, 0)
     requests = sum(len(e.raw_request) for e in sent)
     responses = sum(len(e.raw_response) for e in sent)
@@ -281,6 +393,7 @@ def main() -> None:
             print("3. reading")
             reading(store, "bench", sent)
         disk(args.sessions, args.calls, raw, Path(tmp))
+    compare(args.calls, args.team, args.baseline)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,10 @@ class Writes:
         for item in items:
             if isinstance(item, EndSession):
                 _end_session(conn, item)
+                encoder = self._encoders.get(item.session_id)
+                made = encoder and encoder.offer_dictionary(ended=True)
+                if made:
+                    dictionaries.offer(conn, encoder.harness, *made)
         return touched
 
     def committed(self, touched: set) -> None:
@@ -156,9 +160,9 @@ class Writes:
             piece, places = encoder.pack(datas)
             insert_pack(conn, encoder.group, piece, names, datas, places, now,
                         encoder.dictionary_id)
-            made = encoder.take_dictionary()
+            made = encoder.offer_dictionary()
             if made:
-                dictionaries.offer(conn, encoder.harness, made)
+                dictionaries.offer(conn, encoder.harness, *made)
         return set(stale)
 
 

@@ -111,16 +111,17 @@ packs = sa.Table(
     sa.Column("dictionary_id", sa.Integer),
 )
 
-# Zstd dictionaries, one per harness version (revision 0005, store.dictionaries): the plain
-# content a session of that version packed first, which later sessions' pack streams start
-# from. `data` is that content as one zstd frame; rows are written once and never changed.
+# Zstd dictionaries, one per harness version (revision 0005, store.dictionaries): the first
+# `size` plain bytes of pack group `group_id`, what a session of that version packed first,
+# which later sessions' pack streams start from. Not a copy: gc keeps that group as it is.
+# Rows are written once and never changed.
 dictionaries = sa.Table(
     "dictionaries",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("harness", sa.Text, nullable=False, unique=True),
+    sa.Column("group_id", sa.BigInteger, nullable=False),
     sa.Column("size", sa.Integer, nullable=False),  # plain bytes
-    sa.Column("data", sa.LargeBinary, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
 )
 

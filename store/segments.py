@@ -13,8 +13,7 @@ last few exchanges, which later ones derive from:
 - Raw parent: the same exchange, unless its raw chain is RAW_KEYFRAME_EVERY long (see
   store.delta).
 - Dictionary: the pack stream starts from the harness version's dictionary when the store
-  has one (store.dictionaries); until then the encoder keeps the first dictionaries.SIZE
-  bytes it packs, which the store offers as one once there are dictionaries.MAKE_AFTER.
+  has one (store.dictionaries); until then the encoder's own pack group may become it.
 - A segment ends when its streams have taken SEGMENT_BYTES of plain input, so that reading
   one exchange never decodes more than that; the next exchange starts a new segment with a
   fresh encoder and no parent.
@@ -80,8 +79,7 @@ class SessionEncoder:
     group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
     _manifests: compression.Stream = field(default_factory=compression.Stream)
     _packs: compression.Stream = field(init=False)
-    _material: list[bytes] = field(default_factory=list)  # what it packed, for a dictionary
-    _material_size: int = 0
+    _offered: bool = False  # its group as the harness version's dictionary
     _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
     _packed_at: float = field(default_factory=time.monotonic)
@@ -93,13 +91,17 @@ class SessionEncoder:
     def dictionary_id(self) -> int | None:
         return self.dictionary[0] if self.dictionary else None
 
-    def take_dictionary(self) -> bytes | None:
-        """What this encoder packed, once it is enough to make its harness version's
-        dictionary (then only once); None if it uses one already or has too little yet."""
-        if self.dictionary or self._material_size < dictionaries.MAKE_AFTER:
+    def offer_dictionary(self, ended: bool = False) -> tuple[int, int] | None:
+        """(group, plain bytes) of its pack group to make its harness version's dictionary:
+        once the group holds dictionaries.SIZE bytes, or at the session's end (`ended`) if
+        it holds MAKE_AFTER; then only once. None if it uses a dictionary itself (groups
+        never chain) or has too little."""
+        fed = self._packs.fed
+        if self.dictionary or self._offered or fed < (
+                dictionaries.MAKE_AFTER if ended else dictionaries.SIZE):
             return None
-        out, self._material, self._material_size = b"".join(self._material), [], -1 << 62
-        return out[: dictionaries.SIZE]
+        self._offered = True
+        return self.group, min(fed, dictionaries.SIZE)
 
     def _pack_stream(self) -> compression.Stream:
         return compression.Stream(prefix=self.dictionary[1] if self.dictionary else b"")
@@ -125,7 +127,8 @@ class SessionEncoder:
         raw_request = delta.encode(
             ex.raw_request, raw_parent.raw_request if raw_parent else None, hint)
         raw_response = delta.encode(ex.raw_response, None, response_hint(
-            raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")))
+            raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")),
+            delta.RESPONSE_LEVEL)
         found = content.manifest(ex, refs, answer, raw_parent and raw_parent.seq, token_ref)
         piece = self._manifests.piece(orjson.dumps(found))
         self._recent.append(_Seen(
@@ -149,11 +152,7 @@ class SessionEncoder:
         if now - self._packed_at > PACK_IDLE:
             self._packs, self.group = self._pack_stream(), secrets.randbits(62)
         self._packed_at = now
-        plain = b"".join(datas)
-        if self.dictionary is None and 0 <= self._material_size < dictionaries.SIZE:
-            self._material.append(plain)
-            self._material_size += len(plain)
-        return self._packs.piece(plain), spans(datas)
+        return self._packs.piece(b"".join(datas)), spans(datas)
 
     def _parent(self, ex: Exchange) -> tuple[_Seen | None, int]:
         if ex.request is None or not ex.request.messages:

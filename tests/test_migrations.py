@@ -40,7 +40,7 @@ EXPECTED_COLUMNS = {
         "raw_request_size", "raw_response_size",
     ],
     "packs": ["id", "group_id", "size", "data", "created_at", "dictionary_id"],
-    "dictionaries": ["id", "harness", "size", "data", "created_at"],
+    "dictionaries": ["id", "harness", "group_id", "size", "created_at"],
     "blobs": ["hash", "pack_id", "start", "length", "touched_at"],
     "labels": ["session_id", "reward", "note", "tags", "created_at", "updated_at"],
     "gateway_sessions": [

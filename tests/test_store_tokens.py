@@ -106,8 +106,8 @@ def test_a_rollout_reads_back_exactly_and_stores_ids_once(store):
     new, before = 0, []  # ids no earlier call held at the same place
     for e in sent:
         full = tokens.full(e.response.tokens)
-        new += len(full) - next((i for i, (a, b) in enumerate(zip(full, before)) if a != b),
-                                min(len(full), len(before)))
+        same = [a == b for a, b in zip(full, before, strict=False)]
+        new += len(full) - (same.index(False) if False in same else len(same))
         before = full
     with store.reading("measure") as conn:
         packed = conn.scalar(sa.text("SELECT sum(size) FROM packs"))

@@ -6,8 +6,9 @@ Create Date: 2026-12-02
 
 Why: a team store holds many sessions of one harness version, which repeat the same files,
 CLAUDE.md and tool output shapes; no single session's compressor can reach that redundancy.
-- `dictionaries`: one row per harness version, the plain content a first session packed
-  (zstd-compressed); later sessions' pack streams start from it (docs/STORAGE.md).
+- `dictionaries`: one row per harness version naming the first bytes of a pack group a first
+  session packed (not a copy); later sessions' pack streams start from them
+  (docs/STORAGE.md). gc keeps those groups.
 - packs.dictionary_id: which dictionary a group's stream starts from; NULL (every existing
   pack) for none, so older packs read as before.
 - exchanges.raw_request_size, .raw_response_size: the raw bodies' lengths, so `forge-record db
@@ -35,8 +36,8 @@ def upgrade() -> None:
         "dictionaries",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("harness", sa.Text(), nullable=False),
+        sa.Column("group_id", sa.BigInteger(), nullable=False),
         sa.Column("size", sa.Integer(), nullable=False),
-        sa.Column("data", sa.LargeBinary(), nullable=False),
         sa.Column("created_at", sa.Double(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_dictionaries")),
         sa.UniqueConstraint("harness", name=op.f("uq_dictionaries__harness")),
