@@ -24,6 +24,7 @@ Speed figures are what this machine measured; nothing here asserts them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import statistics
@@ -42,7 +43,7 @@ from forge_record.decoders import anthropic_messages  # noqa: E402
 from forge_record.finalize import finalize  # noqa: E402
 from forge_record.records import Exchange, Session  # noqa: E402
 from forge_record.redact.bodies import Redactor  # noqa: E402
-from forge_record.store import Writer, content, delta, open_store  # noqa: E402
+from forge_record.store import Writer, content, delta, open_store, segments  # noqa: E402
 from forge_record.store.segments import request_hint  # noqa: E402
 
 MB = 1e6
@@ -104,8 +105,6 @@ def options(sent: list[Exchange], chains: list[str], raw: int) -> None:
 
 
 def _copy(ex: Exchange) -> Exchange:
-    import dataclasses
-
     return dataclasses.replace(ex, flags=list(ex.flags))
 
 
@@ -258,6 +257,9 @@ def disk_figures(calls: int, team: int, tmp: Path) -> dict[str, float]:
 
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    import forge_record
+
+    out["forge_record"] = str(Path(forge_record.__file__).resolve().parent)
     out["sqlite_one_session_bytes"] = os.path.getsize(path)
     out["sqlite_one_session_ratio"] = raw / os.path.getsize(path)
     if team:
@@ -292,6 +294,65 @@ def _team(calls: int, team: int) -> dict[str, float]:
             "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team}
 
 
+def token_session(calls: int, seed: int = 0) -> list[Exchange]:
+    """An engine rollout with token ids: each prompt is the previous prompt and output plus
+    a new turn; logprobs are float32 values, as vLLM sends them."""
+    import struct
+
+    from forge_record.records import Message, Request, Response, Text, Tokens
+
+    rng = random.Random(seed)
+    f32 = [struct.unpack("<f", struct.pack("<f", -rng.expovariate(0.5)))[0] for _ in range(999)]
+    prompt, messages, out = [rng.randrange(150_000) for _ in range(2000)], [], []
+    for seq in range(1, calls + 1):
+        messages = [*messages, Message(role="user", content=[Text(text=f"result {seq}")])]
+        ids = [rng.randrange(150_000) for _ in range(rng.randint(20, 400))]
+        tokens = Tokens(prompt_ids=list(prompt), ids=ids, logprobs=[rng.choice(f32) for _ in ids],
+                        top_logprobs=None)
+        out.append(Exchange(seq=seq, dialect="openai-chat", url="http://engine/v1/chat/completions",
+                            request=Request(model="policy", messages=list(messages)),
+                            response=Response(model="policy", content=[Text(text="ok")],
+                                              tokens=tokens)))
+        messages = [*messages, Message(role="assistant", content=[Text(text="ok")])]
+        prompt = prompt + ids + [rng.randrange(150_000) for _ in range(rng.randint(50, 600))]
+    return out
+
+
+def token_bytes(calls: int, tmp: Path) -> None:
+    """Bytes per token: the same rollout stored with and without its tokens."""
+    import sqlalchemy as sa
+
+    sent = token_session(calls)
+    held = sum(len(e.response.tokens.prompt_ids) + len(e.response.tokens.ids) for e in sent)
+    new = len(sent[-1].response.tokens.prompt_ids) + len(sent[-1].response.tokens.ids)
+    sizes = {}
+    for way in ("blobs", "none", "lists"):
+        with open_store(f"sqlite:///{tmp / f'tokens-{way}.db'}") as store:
+            store.add_session(Session(id="t"))
+            encode = segments.SessionEncoder._tokens
+            if way == "lists":  # as revision 0004 kept them: JSON lists in the manifest
+                segments.SessionEncoder._tokens = lambda *a: (None, 0)
+            try:
+                for ex in sent:
+                    if way == "none":
+                        ex = dataclasses.replace(ex, response=dataclasses.replace(
+                            ex.response, tokens=None))
+                    store.add_exchange("t", ex)
+            finally:
+                segments.SessionEncoder._tokens = encode
+            with store.reading("measure") as conn:
+                sizes[way] = conn.scalar(sa.text(
+                    "SELECT (SELECT coalesce(sum(length(data)), 0) FROM packs) + "
+                    "(SELECT sum(length(record)) FROM exchanges)"))
+    print(f"5. token ids ({calls} engine calls, {held:,} token ids held, {new:,} distinct "
+          f"positions, logprobs float32)")
+    for way, what in (("blobs", "packed, prompts as what they add"),
+                      ("lists", "JSON lists in the manifest (rev. 0004)")):
+        cost = sizes[way] - sizes["none"]
+        print(f"  {what:<40} {cost / 1e3:8.1f} KB: {cost / held:.3f} bytes per token held, "
+              f"{cost / new:.2f} per new token")
+
+
 def baseline(rev: str, calls: int, team: int) -> dict[str, float]:
     """disk_figures() run by the forge_record of revision `rev` (a git worktree in /tmp, its
     packages laid out as the installed package maps them), with this bench's session."""
@@ -324,6 +385,8 @@ def compare(calls: int, team: int, rev: str | None) -> None:
         now = disk_figures(calls, team, Path(tmp))
     print(f"4. on disk ({Path(forge_record.__file__).parent})")
     then = baseline(rev, calls, team) if rev else {}
+    if then:
+        print(f"  revision {rev} imported from {then['forge_record']}")
     for key, value in now.items():
         if key.endswith("ratio"):
             before = f"   revision {rev}: {then[key]:6.0f}x" if key in then else ""
@@ -393,6 +456,7 @@ def main() -> None:
             print("3. reading")
             reading(store, "bench", sent)
         disk(args.sessions, args.calls, raw, Path(tmp))
+        token_bytes(args.calls, Path(tmp))
     compare(args.calls, args.team, args.baseline)
 
 
