@@ -40,6 +40,9 @@ _PACK_GROUPS = sa.select(packs.c.group_id, sa.func.max(packs.c.id)).where(
 _GROUP_PACKS = sa.select(packs.c.id, packs.c.data, packs.c.dictionary_id).where(
     packs.c.group_id == sa.bindparam("group"), packs.c.id <= sa.bindparam("last")
 ).order_by(packs.c.id)
+_GROUP_PACKS_0002 = sa.select(packs.c.id, packs.c.data).where(
+    packs.c.group_id == sa.bindparam("group"), packs.c.id <= sa.bindparam("last")
+).order_by(packs.c.id)
 _SEGMENTS = sa.select(exchanges.c.segment).distinct().where(
     exchanges.c.session_id == _SESSION, exchanges.c.layout != LAYOUT_RECORD)
 _MANIFESTS = sa.select(exchanges.c.seq, exchanges.c.piece, exchanges.c.record).where(
@@ -63,10 +66,12 @@ def chunks(items: list, size: int = _CHUNK) -> Iterator[list]:
 
 class BlobReader:
     """Blob bytes by name; each pack group is decoded at most once per reader (again only
-    if a later pack of it is needed)."""
+    if a later pack of it is needed). Without `dictionaries`, it reads a store below
+    revision 0005, whose packs have no dictionary_id (a migration's downgrade)."""
 
-    def __init__(self, conn: sa.Connection) -> None:
+    def __init__(self, conn: sa.Connection, dictionaries: bool = True) -> None:
         self._conn = conn
+        self._group_packs = _GROUP_PACKS if dictionaries else _GROUP_PACKS_0002
         self._plain: dict[str, bytes] = {}
         self._packs: dict[int, bytes] = {}  # pack id -> plain bytes
         self._dictionaries: dict[int, bytes] = {}  # id -> plain bytes
@@ -98,9 +103,9 @@ class BlobReader:
             return
         groups = self._conn.execute(_PACK_GROUPS, {"ids": sorted(ids)}).all()
         for group, last in groups:
-            rows = self._conn.execute(_GROUP_PACKS, {"group": group, "last": last}).all()
-            plains = compression.decode_pieces((r.data for r in rows),
-                                               self._dictionary(rows[0].dictionary_id))
+            rows = self._conn.execute(self._group_packs, {"group": group, "last": last}).all()
+            used = rows[0].dictionary_id if self._group_packs is _GROUP_PACKS else None
+            plains = compression.decode_pieces((r.data for r in rows), self._dictionary(used))
             self._packs.update((r.id, p) for r, p in zip(rows, plains, strict=True))
 
 
@@ -136,9 +141,9 @@ def legacy(record: bytes, raw_request: bytes = b"", raw_response: bytes = b"") -
 class SessionReader:
     """Rebuilds the layout-2 exchanges of one session."""
 
-    def __init__(self, conn: sa.Connection, session_id: str) -> None:
+    def __init__(self, conn: sa.Connection, session_id: str, dictionaries: bool = True) -> None:
         self.conn, self.session_id = conn, session_id
-        self.blobs = BlobReader(conn)
+        self.blobs = BlobReader(conn, dictionaries)
         self.decoded = content.Decoded(self.blobs.get)  # shared by the exchanges it rebuilds
         self.manifests: dict[int, dict[str, Any]] = {}
         self._lists: dict[int, dict[int, list[str]]] = {}  # segment -> seq -> message names
@@ -253,9 +258,11 @@ class SessionReader:
         return self.blobs.get(response["content"]) if response else b""
 
 
-def read_session(conn: sa.Connection, session_id: str, raw: bool) -> Iterator[Exchange]:
-    """Every exchange of the session in seq order, streamed."""
-    reader = SessionReader(conn, session_id)
+def read_session(conn: sa.Connection, session_id: str, raw: bool,
+                 dictionaries: bool = True) -> Iterator[Exchange]:
+    """Every exchange of the session in seq order, streamed (`dictionaries`: see
+    BlobReader)."""
+    reader = SessionReader(conn, session_id, dictionaries)
     for segment in sorted(conn.scalars(_SEGMENTS, {"session_id": session_id})):
         reader.add_segment(segment)
     rows = conn.execute(_RAW_ROWS if raw else _ROWS, {"session_id": session_id})
