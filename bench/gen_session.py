@@ -178,8 +178,12 @@ class Conversation:
 
 
 class Session:
-    def __init__(self, seed: int, system_kb: int, tools_kb: int) -> None:
-        self.rng = random.Random(seed)
+    def __init__(self, seed: int, system_kb: int, tools_kb: int,
+                 harness_seed: int | None = None) -> None:
+        # With a harness_seed, what sessions of one harness version in one project share
+        # comes from it: vocabulary, repository files, system prompts, tools and CLAUDE.md;
+        # what the agent does, and its own words, from `seed`.
+        self.rng = random.Random(seed if harness_seed is None else harness_seed)
         self.words = Words(self.rng)
         self.repo = Repo(self.words)
         tools = _tools(self.words, tools_kb)
@@ -191,6 +195,13 @@ class Session:
             "session_id": f"{self.rng.randbytes(4).hex()}-{self.rng.randbytes(2).hex()}-4105-"
                           f"b781-{self.rng.randbytes(6).hex()}"}).decode()}
         self.pytest_failures = [self.words.ident() for _ in range(6)]
+        self.claude_md = None
+        if harness_seed is not None:
+            self.claude_md = self.words.prose(1500)
+            self.rng = self.words.rng = random.Random(seed)
+            self.metadata = {"user_id": orjson.dumps({
+                "device_id": self.rng.randbytes(32).hex(), "account_uuid": "",
+                "session_id": f"{self.rng.randbytes(16).hex()}"}).decode()}
 
     # what the agent does each turn, and what the tools print
 
@@ -255,7 +266,7 @@ class Session:
 
     def first_user(self, task: str) -> dict:
         reminder = ("<system-reminder>\nAs you answer the user's questions, you can use the "
-                    f"following context:\n# claudeMd\n{self.words.prose(1500)}\n"
+                    f"following context:\n# claudeMd\n{self.claude_md or self.words.prose(1500)}\n"
                     "</system-reminder>\n")
         return {"role": "user", "content": [{"type": "text", "text": reminder},
                                             {"type": "text", "text": task}]}
@@ -265,9 +276,12 @@ def _use(tid: str, name: str, args: dict) -> dict:
     return {"type": "tool_use", "id": tid, "name": name, "input": args}
 
 
-def calls(n: int = 150, seed: int = 0, system_kb: int = 15, tools_kb: int = 20) -> list[Call]:
-    """The wire bytes of an n-call session (main chain, one sub-agent run, title calls)."""
-    s = Session(seed, system_kb, tools_kb)
+def calls(n: int = 150, seed: int = 0, system_kb: int = 15, tools_kb: int = 20,
+          harness_seed: int | None = None) -> list[Call]:
+    """The wire bytes of an n-call session (main chain, one sub-agent run, title calls).
+    Sessions with the same `harness_seed` share a harness version and a project (see
+    Session)."""
+    s = Session(seed, system_kb, tools_kb, harness_seed)
     s.main.messages.append(s.first_user(s.words.sentence()))
     agent_at = range(n // 2, n // 2 + max(1, n // 12))  # the sub-agent's calls
     titles_at = {1, n // 3, 2 * n // 3} - set(agent_at)

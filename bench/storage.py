@@ -24,6 +24,7 @@ Speed figures are what this machine measured; nothing here asserts them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import statistics
@@ -42,7 +43,7 @@ from forge_record.decoders import anthropic_messages  # noqa: E402
 from forge_record.finalize import finalize  # noqa: E402
 from forge_record.records import Exchange, Session  # noqa: E402
 from forge_record.redact.bodies import Redactor  # noqa: E402
-from forge_record.store import Writer, content, delta, open_store  # noqa: E402
+from forge_record.store import Writer, content, delta, open_store, segments  # noqa: E402
 from forge_record.store.segments import request_hint  # noqa: E402
 
 MB = 1e6
@@ -50,12 +51,14 @@ MB = 1e6
 REDACTOR = Redactor(b"bench-storage-key")
 
 
-def exchanges(calls: int, seed: int) -> tuple[list[Exchange], list[str]]:
+def exchanges(calls: int, seed: int, harness: int | None = None,
+              ) -> tuple[list[Exchange], list[str]]:
     """Captured exchanges (request not parsed yet, as the addon hands them over), and each
-    call's chain name."""
+    call's chain name. Sessions with the same `harness` seed share a harness version and a
+    project (gen_session)."""
     dialect = anthropic_messages.DIALECT
     out, chains = [], []
-    for seq, call in enumerate(gen_session.calls(calls, seed), 1):
+    for seq, call in enumerate(gen_session.calls(calls, seed, harness_seed=harness), 1):
         decoder = dialect.response_decoder("text/event-stream")
         decoder.feed(call.response)
         out.append(Exchange(
@@ -102,8 +105,6 @@ def options(sent: list[Exchange], chains: list[str], raw: int) -> None:
 
 
 def _copy(ex: Exchange) -> Exchange:
-    import dataclasses
-
     return dataclasses.replace(ex, flags=list(ex.flags))
 
 
@@ -235,12 +236,186 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
           f"{size / sessions / 1e3:.0f} KB a session: {raw * sessions / size:.0f}x")
 
 
+# --- 4. on disk, against another revision -----------------------------------------------
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
+
+
+def disk_figures(calls: int, team: int, tmp: Path) -> dict[str, float]:
+    """The figures issue 21 asks for, with whatever forge_record this process imports: one
+    session in a fresh SQLite file after a checkpoint, and `team` sessions of one harness
+    version and project in one fresh Postgres database (every relation, with indexes, TOAST
+    and map forks)."""
+    out: dict[str, float] = {}
+    sent = exchanges(calls, 0)[0]
+    raw = sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+    path = tmp / "one.db"
+    with open_store(f"sqlite:///{path}") as store:
+        record(store, "one", sent)
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    import forge_record
+
+    out["forge_record"] = str(Path(forge_record.__file__).resolve().parent)
+    out["sqlite_one_session_bytes"] = os.path.getsize(path)
+    out["sqlite_one_session_ratio"] = raw / os.path.getsize(path)
+    if team:
+        out.update(_team(calls, team))
+    return out
+
+
+def _team(calls: int, team: int) -> dict[str, float]:
+    import sqlalchemy as sa
+
+    name = f"bench_storage_{os.getpid()}"
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        raw = 0
+        with open_store(PG_ADMIN.rsplit("/", 1)[0] + "/" + name) as store:
+            for seed in range(team):
+                sent = exchanges(calls, seed, TEAM_HARNESS)[0]
+                raw += sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+                record(store, f"team-{seed}", sent)
+            with store.reading("measure") as conn:
+                size = int(conn.scalar(sa.text(
+                    "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN "
+                    "pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+                    "AND c.relkind = 'r'")))
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+    return {"postgres_team_sessions": team, "postgres_team_bytes": size,
+            "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team}
+
+
+def token_session(calls: int, seed: int = 0) -> list[Exchange]:
+    """An engine rollout with token ids: each prompt is the previous prompt and output plus
+    a new turn; logprobs are float32 values, as vLLM sends them."""
+    import struct
+
+    from forge_record.records import Message, Request, Response, Text, Tokens
+
+    rng = random.Random(seed)
+    f32 = [struct.unpack("<f", struct.pack("<f", -rng.expovariate(0.5)))[0] for _ in range(999)]
+    prompt, messages, out = [rng.randrange(150_000) for _ in range(2000)], [], []
+    for seq in range(1, calls + 1):
+        messages = [*messages, Message(role="user", content=[Text(text=f"result {seq}")])]
+        ids = [rng.randrange(150_000) for _ in range(rng.randint(20, 400))]
+        tokens = Tokens(prompt_ids=list(prompt), ids=ids, logprobs=[rng.choice(f32) for _ in ids],
+                        top_logprobs=None)
+        out.append(Exchange(seq=seq, dialect="openai-chat", url="http://engine/v1/chat/completions",
+                            request=Request(model="policy", messages=list(messages)),
+                            response=Response(model="policy", content=[Text(text="ok")],
+                                              tokens=tokens)))
+        messages = [*messages, Message(role="assistant", content=[Text(text="ok")])]
+        prompt = prompt + ids + [rng.randrange(150_000) for _ in range(rng.randint(50, 600))]
+    return out
+
+
+def token_bytes(calls: int, tmp: Path) -> None:
+    """Bytes per token: the same rollout stored with and without its tokens."""
+    import sqlalchemy as sa
+
+    sent = token_session(calls)
+    held = sum(len(e.response.tokens.prompt_ids) + len(e.response.tokens.ids) for e in sent)
+    new = len(sent[-1].response.tokens.prompt_ids) + len(sent[-1].response.tokens.ids)
+    sizes = {}
+    for way in ("blobs", "none", "lists"):
+        with open_store(f"sqlite:///{tmp / f'tokens-{way}.db'}") as store:
+            store.add_session(Session(id="t"))
+            encode = segments.SessionEncoder._tokens
+            if way == "lists":  # as revision 0004 kept them: JSON lists in the manifest
+                segments.SessionEncoder._tokens = lambda *a: (None, 0)
+            try:
+                for ex in sent:
+                    if way == "none":
+                        ex = dataclasses.replace(ex, response=dataclasses.replace(
+                            ex.response, tokens=None))
+                    store.add_exchange("t", ex)
+            finally:
+                segments.SessionEncoder._tokens = encode
+            with store.reading("measure") as conn:
+                sizes[way] = conn.scalar(sa.text(
+                    "SELECT (SELECT coalesce(sum(length(data)), 0) FROM packs) + "
+                    "(SELECT sum(length(record)) FROM exchanges)"))
+    print(f"5. token ids ({calls} engine calls, {held:,} token ids held, {new:,} distinct "
+          f"positions, logprobs float32)")
+    for way, what in (("blobs", "packed, prompts as what they add"),
+                      ("lists", "JSON lists in the manifest (rev. 0004)")):
+        cost = sizes[way] - sizes["none"]
+        print(f"  {what:<40} {cost / 1e3:8.1f} KB: {cost / held:.3f} bytes per token held, "
+              f"{cost / new:.2f} per new token")
+
+
+def baseline(rev: str, calls: int, team: int) -> dict[str, float]:
+    """disk_figures() run by the forge_record of revision `rev` (a git worktree in /tmp, its
+    packages laid out as the installed package maps them), with this bench's session."""
+    import json
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    tree = Path(tempfile.gettempdir()) / f"forge-record-{rev}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), rev],
+                       check=True, capture_output=True)
+    pkg = tree.parent / f"forge-record-{rev}-pkg"
+    if not pkg.exists():
+        (pkg / "forge_record").mkdir(parents=True)
+        for entry in (tree / "recorder").iterdir():
+            (pkg / "forge_record" / entry.name).symlink_to(entry)
+        for sub, folder in (("addons", "addons"), ("harness_shims", "harness_shims"),
+                            ("store", "store")):
+            (pkg / "forge_record" / sub).symlink_to(tree / folder)
+    done = subprocess.run(
+        [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team)],
+        env={**os.environ, "PYTHONPATH": str(pkg)}, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def compare(calls: int, team: int, rev: str | None) -> None:
+    import forge_record
+
+    with tempfile.TemporaryDirectory() as tmp:
+        now = disk_figures(calls, team, Path(tmp))
+    print(f"4. on disk ({Path(forge_record.__file__).parent})")
+    then = baseline(rev, calls, team) if rev else {}
+    if then:
+        print(f"  revision {rev} imported from {then['forge_record']}")
+    for key, value in now.items():
+        if key.endswith("ratio"):
+            before = f"   revision {rev}: {then[key]:6.0f}x" if key in then else ""
+            print(f"  {key:<34} {value:6.0f}x{before}")
+        elif key.endswith("bytes") or key.endswith("per_session"):
+            before = f"   revision {rev}: {then[key] / 1e3:8.1f} KB" if key in then else ""
+            print(f"  {key:<34} {value / 1e3:8.1f} KB{before}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=150)
     parser.add_argument("--sessions", type=int, default=3, help="for the file-size figure")
     parser.add_argument("--store", help="an empty store to measure in (default: a temp SQLite)")
+    parser.add_argument("--team", type=int, default=20,
+                        help="sessions of one harness version in a fresh Postgres (0: none)")
+    parser.add_argument("--baseline", metavar="REV", help="also measure on-disk figures at REV")
+    parser.add_argument("--on-disk", action="store_true", help="only the on-disk figures")
+    parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.on_disk_json:
+        import json
+
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(disk_figures(args.calls, args.team, Path(tmp))))
+        return
+    if args.on_disk:
+        compare(args.calls, args.team, args.baseline)
+        return
     sent, chains = exchanges(args.calls, 0)
     requests = sum(len(e.raw_request) for e in sent)
     responses = sum(len(e.raw_response) for e in sent)
@@ -281,6 +456,8 @@ def main() -> None:
             print("3. reading")
             reading(store, "bench", sent)
         disk(args.sessions, args.calls, raw, Path(tmp))
+        token_bytes(args.calls, Path(tmp))
+    compare(args.calls, args.team, args.baseline)
 
 
 if __name__ == "__main__":

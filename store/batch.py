@@ -48,6 +48,7 @@ from forge_record.records import (
 )
 from forge_record.redact.headers import SECRET_HEADERS
 from forge_record.redact.urls import redact_url
+from forge_record.store import dictionaries
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item
 from forge_record.store.reader import chunks
 from forge_record.store.schema import (
@@ -74,6 +75,7 @@ class Writes:
         self._encoders: OrderedDict[str, SessionEncoder] = OrderedDict()
         self._fresh: dict[str, float] = {}
         self._beats: dict[str, float] = {}  # session -> last heartbeat written with a batch
+        self._dictionaries: dict[str, tuple[int, bytes]] = {}  # harness -> (id, plain bytes)
 
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
@@ -86,6 +88,10 @@ class Writes:
         for item in items:
             if isinstance(item, EndSession):
                 _end_session(conn, item)
+                encoder = self._encoders.get(item.session_id)
+                made = encoder and encoder.offer_dictionary(ended=True)
+                if made:
+                    dictionaries.offer(conn, encoder.harness, *made)
         return touched
 
     def committed(self, touched: set) -> None:
@@ -107,7 +113,7 @@ class Writes:
             ex = cleaned(add.exchange)
             if not add.numbered:
                 ex = dataclasses.replace(ex, seq=next_seq(conn, add.session_id))
-            encoder = self._encoder(conn, add.session_id)
+            encoder = self._encoder(conn, add.session_id, ex)
             encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
         touched = self._store_blobs(conn, encoded, now)
         if encoded:
@@ -121,19 +127,30 @@ class Writes:
                 self._beats.update(dict.fromkeys(ids, now))
         return touched
 
-    def _encoder(self, conn: sa.Connection, session_id: str) -> SessionEncoder:
+    def _encoder(self, conn: sa.Connection, session_id: str, ex: Exchange) -> SessionEncoder:
         enc = self._encoders.get(session_id)
         if enc is None or enc.full:
             _lock_segments(conn, session_id)
             last = conn.scalar(sa.select(sa.func.max(exchanges.c.segment))
                                .where(exchanges.c.session_id == session_id))
             floor = max(-1 if last is None else last, enc.segment if enc else -1)
-            enc = SessionEncoder(segment=floor + 1)
+            harness = dictionaries.key(ex)
+            enc = SessionEncoder(segment=floor + 1, harness=harness,
+                                 dictionary=self._dictionary(conn, harness))
             self._encoders[session_id] = enc
         self._encoders.move_to_end(session_id)
         while len(self._encoders) > _ENCODERS:
             self._encoders.popitem(last=False)
         return enc
+
+    def _dictionary(self, conn: sa.Connection, harness: str) -> tuple[int, bytes] | None:
+        """The harness version's dictionary; rows never change, so found ones are kept."""
+        if harness not in self._dictionaries:
+            found = dictionaries.find(conn, harness)
+            if found is None:
+                return None
+            self._dictionaries[harness] = found
+        return self._dictionaries[harness]
 
     def _store_blobs(self, conn, encoded: list, now: float) -> set:
         owner: dict[str, tuple[SessionEncoder, bytes]] = {}  # name -> (encoder bringing it, bytes)
@@ -155,7 +172,11 @@ class Writes:
             encoder = owner[names[0]][0]
             datas = [owner[n][1] for n in names]
             piece, places = encoder.pack(datas)
-            insert_pack(conn, encoder.group, piece, names, datas, places, now)
+            insert_pack(conn, encoder.group, piece, names, datas, places, now,
+                        encoder.dictionary_id)
+            made = encoder.offer_dictionary()
+            if made:
+                dictionaries.offer(conn, encoder.harness, *made)
         return set(stale)
 
 
@@ -183,16 +204,18 @@ def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
     return present
 
 
-def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: float) -> int:
+def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: float,
+             dictionary_id: int | None = None) -> int:
     return conn.scalar(_NEW_PACK, {"group_id": group, "size": size, "data": piece,
-                                   "created_at": now})
+                                   "created_at": now, "dictionary_id": dictionary_id})
 
 
 def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
-                datas: list[bytes], places: list[tuple[int, int]], now: float) -> None:
+                datas: list[bytes], places: list[tuple[int, int]], now: float,
+                dictionary_id: int | None = None) -> None:
     """One pack row and the blob rows that live in it. A blob that exists already (another
     writer stored it meanwhile) keeps its row and is only touched: our copy is dead weight."""
-    pack_id = new_pack(conn, group, piece, sum(len(d) for d in datas), now)
+    pack_id = new_pack(conn, group, piece, sum(len(d) for d in datas), now, dictionary_id)
     rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": now}
             for n, (s, ln) in zip(names, places, strict=True)]
     conn.execute(_upsert_blobs(conn.dialect.name), rows)
@@ -317,6 +340,8 @@ def _row(session_id: str, ex: Exchange, enc: Encoded) -> dict[str, Any]:
         "record": enc.record,
         "raw_request": enc.raw_request,
         "raw_response": enc.raw_response,
+        "raw_request_size": len(ex.raw_request),
+        "raw_response_size": len(ex.raw_response),
         "layout": LAYOUT_CONTENT,
         "segment": enc.segment,
         "piece": enc.piece,

@@ -105,11 +105,14 @@ class Stream:
     """The compressing side of a stream: piece(data) returns bytes that, appended to the
     pieces before them, decode to everything fed so far."""
 
-    def __init__(self, level: int = STREAM_LEVEL) -> None:
+    def __init__(self, level: int = STREAM_LEVEL, prefix: bytes = b"") -> None:
         params = zstandard.ZstdCompressionParameters.from_level(
             level, window_log=STREAM_WINDOW_LOG
         )
-        self._obj = zstandard.ZstdCompressor(compression_params=params).compressobj()
+        # A prefix (store.dictionaries) is content the stream may refer back into from its
+        # first piece; decode_pieces needs the same bytes.
+        extra = {"dict_data": _prefix_dict(prefix)} if prefix else {}
+        self._obj = zstandard.ZstdCompressor(compression_params=params, **extra).compressobj()
         self.fed = 0  # plain bytes so far
 
     def piece(self, data: bytes) -> bytes:
@@ -117,7 +120,10 @@ class Stream:
         return self._obj.compress(data) + self._obj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
 
 
-def decode_pieces(pieces: Iterable[bytes]) -> list[bytes]:
-    """The plain bytes of each piece; the first piece must be the stream's first."""
-    obj = zstandard.ZstdDecompressor(max_window_size=1 << STREAM_WINDOW_LOG).decompressobj()
+def decode_pieces(pieces: Iterable[bytes], prefix: bytes = b"") -> list[bytes]:
+    """The plain bytes of each piece; the first piece must be the stream's first, `prefix`
+    the one the stream was made with."""
+    extra = {"dict_data": _prefix_dict(prefix)} if prefix else {}
+    obj = zstandard.ZstdDecompressor(
+        max_window_size=1 << STREAM_WINDOW_LOG, **extra).decompressobj()
     return [obj.decompress(p) if p else b"" for p in pieces]

@@ -18,6 +18,7 @@ Rebuilt through one `Decoded`, the exchanges of a session share the content they
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
@@ -32,6 +33,7 @@ from forge_record.records import (
     Message,
     Request,
     Response,
+    Tokens,
     Tool,
     block_from_dict,
     block_to_dict,
@@ -75,14 +77,21 @@ def manifest(
     request: dict[str, Any] | None,
     answer: str | None,
     raw_parent: int | None,
+    tokens: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of `exchange`; `request` holds its blob names and message derivation
-    (see request_refs), `answer` names its response content blob."""
+    (see request_refs), `answer` names its response content blob, `tokens` its token blob
+    and that blob's parent (store.tokens)."""
     # exchange_to_dict would turn the whole request into dicts only for us to drop them.
     meta = {f: getattr(exchange, f) for f in _META_FIELDS}
     response = None
     if exchange.response is not None:
-        response = response_to_dict(exchange.response, content=answer)
+        # The token lists are in their blob: not copied into the manifest first.
+        plain = dataclasses.replace(exchange.response, tokens=None) if tokens else \
+            exchange.response
+        response = response_to_dict(plain, content=answer)
+        if tokens:
+            response["tokens"] = tokens
     return {"v": MANIFEST_VERSION, "exchange": meta, "request": request,
             "response": response, "raw_parent": raw_parent}
 
@@ -166,10 +175,11 @@ def _message_of(data: dict[str, Any]) -> Message:
 
 def rebuild(
     found: dict[str, Any], messages: list[str], decoded: Decoded,
-    raw_request: bytes = b"", raw_response: bytes = b"",
+    raw_request: bytes = b"", raw_response: bytes = b"", tokens: Tokens | None = None,
 ) -> Exchange:
     """The exchange a manifest describes, its content taken from `decoded` (shared, see
-    Decoded); `messages` are its message blob names."""
+    Decoded); `messages` are its message blob names, `tokens` its engine tokens when the
+    manifest names a token blob (see token_ref)."""
     refs, response = found["request"], found["response"]
     request = None if refs is None else Request(
         model=refs["model"], stream=refs["stream"],
@@ -179,16 +189,28 @@ def rebuild(
         messages=decoded.messages(messages),
     )
     return Exchange(**found["exchange"], request=request,
-                    response=None if response is None else _response(response, decoded),
+                    response=None if response is None else _response(response, decoded, tokens),
                     raw_request=raw_request, raw_response=raw_response)
 
 
-def _response(fields: dict[str, Any], decoded: Decoded) -> Response:
+def _response(fields: dict[str, Any], decoded: Decoded, tokens: Tokens | None) -> Response:
     """The response a manifest describes: its content is the answer blob's blocks (shared)
     in a list of its own."""
-    response = response_from_dict({**fields, "content": []})
+    plain = {**fields, "content": []}
+    if token_ref(fields):
+        del plain["tokens"]
+    response = response_from_dict(plain)
     response.content = list(decoded.message(fields["content"]).content)
+    if token_ref(fields):
+        response.tokens = tokens
     return response
+
+
+def token_ref(response: dict[str, Any] | None) -> dict[str, Any] | None:
+    """{"blob": name, "parent": seq or None} if the response's tokens are in a blob (rows
+    written before kept them as lists in the manifest)."""
+    found = response and response.get("tokens")
+    return found if found and "blob" in found else None
 
 
 def referenced(found: dict[str, Any]) -> list[str]:
@@ -200,4 +222,6 @@ def referenced(found: dict[str, Any]) -> list[str]:
         names += [refs["system"], refs["tools"], refs["parameters"], *refs["append"]]
     if found["response"] is not None:
         names.append(found["response"]["content"])
+        if ref := token_ref(found["response"]):
+            names.append(ref["blob"])
     return names

@@ -27,18 +27,22 @@ RAW_KEYFRAME_EVERY = 32
 # Every frame is zstd's default level. Level 6 made the few-KB middles and responses ~4%
 # smaller in all (bench/storage.py: 294 against 305 KB for the 150-call session) for 1.7x the
 # CPU per frame, most of it spent loading the prefix; the writer's CPU is what the recorder
-# costs the machine.
+# costs the machine. Raw responses are the exception (RESPONSE_LEVEL): a few KB of SSE framing
+# against the parent's response, where level 6 stores 47 instead of 58 KB for the 150-call
+# session (bench/storage.py) for 0.06 ms more a response.
+RESPONSE_LEVEL = 6
 
 
-def encode(body: bytes, parent: bytes | None, hint: bytes) -> bytes:
+def encode(body: bytes, parent: bytes | None, hint: bytes,
+           level: int = compression.LEVEL) -> bytes:
     if not body:
         return b""
     if parent is None:
-        return b"K" + compression.compress_with(body, hint)
+        return b"K" + compression.compress_with(body, hint, level)
     p = common_prefix(body, parent)
     s = common_suffix(body, parent, min(len(body), len(parent)) - p)
     middle, base = body[p : len(body) - s], parent[p : len(parent) - s]
-    return b"D" + _varint(p) + _varint(s) + compression.compress_with(middle, hint + base)
+    return b"D" + varint(p) + varint(s) + compression.compress_with(middle, hint + base, level)
 
 
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
@@ -49,14 +53,14 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
         return compression.decompress_with(rest, hint)
     if kind != b"D" or parent is None:
         raise ValueError(f"not a raw body frame, or a delta without its parent: {kind!r}")
-    p, at = _read_varint(rest, 0)
-    s, at = _read_varint(rest, at)
+    p, at = read_varint(rest, 0)
+    s, at = read_varint(rest, at)
     base = parent[p : len(parent) - s]
     middle = compression.decompress_with(rest[at:], hint + base)
     return parent[:p] + middle + parent[len(parent) - s :]
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -65,7 +69,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+def read_varint(data: bytes, at: int) -> tuple[int, int]:
     n = shift = 0
     while True:
         byte = data[at]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from forge_record.store import compression, content
+from forge_record.store import compression, content, dictionaries
 from forge_record.store.batch import new_pack
 from forge_record.store.reader import BlobReader, chunks, segment_manifests
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs, sessions
@@ -115,8 +115,9 @@ def _sweep_packs(store: Store, report: Report, dry_run: bool, dying: set[str],
             if blob not in dying:
                 held.setdefault(group, []).append(blob)
                 held_bytes[group] = held_bytes.get(group, 0) + length
+        kept = set(conn.scalars(dictionaries.GROUPS))  # never changed: they are dictionaries
     for group, plain, stored, newest in groups:
-        if newest >= young:
+        if newest >= young or group in kept:
             continue
         names, live_bytes = held.get(group, []), held_bytes.get(group, 0)
         if names and live_bytes * 2 >= plain:

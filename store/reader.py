@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 from forge_record.errors import StoreError
 from forge_record.identity import blob_name
-from forge_record.records import Exchange, exchange_from_dict
-from forge_record.store import compression, content, delta
+from forge_record.records import Exchange, Tokens, exchange_from_dict
+from forge_record.store import compression, content, delta, dictionaries, tokens
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
 from forge_record.store.segments import request_hint, response_hint
 
@@ -37,7 +37,10 @@ _BLOB_PLACES = sa.select(blobs.c.hash, blobs.c.pack_id, blobs.c.start, blobs.c.l
     blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
 _PACK_GROUPS = sa.select(packs.c.group_id, sa.func.max(packs.c.id)).where(
     packs.c.id.in_(sa.bindparam("ids", expanding=True))).group_by(packs.c.group_id)
-_GROUP_PACKS = sa.select(packs.c.id, packs.c.data).where(
+_GROUP_PACKS = sa.select(packs.c.id, packs.c.data, packs.c.dictionary_id).where(
+    packs.c.group_id == sa.bindparam("group"), packs.c.id <= sa.bindparam("last")
+).order_by(packs.c.id)
+_GROUP_PACKS_0002 = sa.select(packs.c.id, packs.c.data).where(
     packs.c.group_id == sa.bindparam("group"), packs.c.id <= sa.bindparam("last")
 ).order_by(packs.c.id)
 _SEGMENTS = sa.select(exchanges.c.segment).distinct().where(
@@ -63,12 +66,15 @@ def chunks(items: list, size: int = _CHUNK) -> Iterator[list]:
 
 class BlobReader:
     """Blob bytes by name; each pack group is decoded at most once per reader (again only
-    if a later pack of it is needed)."""
+    if a later pack of it is needed). Without `dictionaries`, it reads a store below
+    revision 0005, whose packs have no dictionary_id (a migration's downgrade)."""
 
-    def __init__(self, conn: sa.Connection) -> None:
+    def __init__(self, conn: sa.Connection, dictionaries: bool = True) -> None:
         self._conn = conn
+        self._group_packs = _GROUP_PACKS if dictionaries else _GROUP_PACKS_0002
         self._plain: dict[str, bytes] = {}
         self._packs: dict[int, bytes] = {}  # pack id -> plain bytes
+        self._dictionaries: dict[int, bytes] = {}  # id -> plain bytes
 
     def get(self, blob: str) -> bytes:
         if blob not in self._plain:
@@ -97,9 +103,18 @@ class BlobReader:
             return
         groups = self._conn.execute(_PACK_GROUPS, {"ids": sorted(ids)}).all()
         for group, last in groups:
-            rows = self._conn.execute(_GROUP_PACKS, {"group": group, "last": last}).all()
-            plains = compression.decode_pieces(r.data for r in rows)
+            rows = self._conn.execute(self._group_packs, {"group": group, "last": last}).all()
+            used = rows[0].dictionary_id if self._group_packs is _GROUP_PACKS else None
+            plains = compression.decode_pieces((r.data for r in rows), self._dictionary(used))
             self._packs.update((r.id, p) for r, p in zip(rows, plains, strict=True))
+
+
+    def _dictionary(self, dictionary_id: int | None) -> bytes:
+        if dictionary_id is None:
+            return b""
+        if dictionary_id not in self._dictionaries:
+            self._dictionaries[dictionary_id] = dictionaries.plain(self._conn, dictionary_id)
+        return self._dictionaries[dictionary_id]
 
 
 def segment_manifests(
@@ -126,15 +141,16 @@ def legacy(record: bytes, raw_request: bytes = b"", raw_response: bytes = b"") -
 class SessionReader:
     """Rebuilds the layout-2 exchanges of one session."""
 
-    def __init__(self, conn: sa.Connection, session_id: str) -> None:
+    def __init__(self, conn: sa.Connection, session_id: str, dictionaries: bool = True) -> None:
         self.conn, self.session_id = conn, session_id
-        self.blobs = BlobReader(conn)
+        self.blobs = BlobReader(conn, dictionaries)
         self.decoded = content.Decoded(self.blobs.get)  # shared by the exchanges it rebuilds
         self.manifests: dict[int, dict[str, Any]] = {}
         self._lists: dict[int, dict[int, list[str]]] = {}  # segment -> seq -> message names
         self._segment_of: dict[int, int] = {}
         self._raw: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()
         self._frames_of: dict[int, tuple[bytes, bytes]] = {}  # prefetched raw frames
+        self._tokens: OrderedDict[int, Tokens | None] = OrderedDict()
 
     def add_segment(self, segment: int, upto: int | None = None, preload: bool = True) -> None:
         """Decode a segment's manifests (up to piece `upto`); with `preload`, fetch every blob
@@ -155,6 +171,7 @@ class SessionReader:
             names.update(content.referenced(found))
             if found["request"] is not None and (s == seq or found["raw_parent"] is None):
                 names.update(self.names(s))  # the record, or a keyframe's hint
+        names.update(self._token_chain(seq))
         self.blobs.load(names)
         if raw:
             where = {"session_id": self.session_id, "seqs": chain}
@@ -171,7 +188,31 @@ class SessionReader:
         found = self.manifests[seq]
         names = self.names(seq)
         bodies = self.raw(seq, frames) if raw else (b"", b"")
-        return content.rebuild(found, names, self.decoded, *bodies)
+        return content.rebuild(found, names, self.decoded, *bodies, tokens=self.tokens(seq))
+
+    def tokens(self, seq: int) -> Tokens | None:
+        """The engine tokens of `seq` whose manifest names a token blob, decoding its token
+        parents first (cached); None otherwise."""
+        if seq in self._tokens:
+            self._tokens.move_to_end(seq)
+            return self._tokens[seq]
+        ref = content.token_ref(self.manifests[seq]["response"])
+        found = None
+        if ref is not None:
+            base = tokens.full(self.tokens(ref["parent"])) if ref["parent"] is not None else None
+            found = tokens.decode(self.blobs.get(ref["blob"]), base)
+        self._tokens[seq] = found
+        if len(self._tokens) > _RAW_CACHE:
+            self._tokens.popitem(last=False)
+        return found
+
+    def _token_chain(self, seq: int) -> list[str]:
+        """The token blobs rebuilding `seq`'s tokens reads (at most tokens.KEYFRAME_EVERY)."""
+        out, at = [], seq
+        while at is not None and (ref := content.token_ref(self.manifests[at]["response"])):
+            out.append(ref["blob"])
+            at = ref["parent"]
+        return out
 
     def names(self, seq: int) -> list[str]:
         segment = self._segment_of[seq]
@@ -217,9 +258,11 @@ class SessionReader:
         return self.blobs.get(response["content"]) if response else b""
 
 
-def read_session(conn: sa.Connection, session_id: str, raw: bool) -> Iterator[Exchange]:
-    """Every exchange of the session in seq order, streamed."""
-    reader = SessionReader(conn, session_id)
+def read_session(conn: sa.Connection, session_id: str, raw: bool,
+                 dictionaries: bool = True) -> Iterator[Exchange]:
+    """Every exchange of the session in seq order, streamed (`dictionaries`: see
+    BlobReader)."""
+    reader = SessionReader(conn, session_id, dictionaries)
     for segment in sorted(conn.scalars(_SEGMENTS, {"session_id": session_id})):
         reader.add_segment(segment)
     rows = conn.execute(_RAW_ROWS if raw else _ROWS, {"session_id": session_id})

@@ -13,7 +13,9 @@ How an exchange's bytes are kept depends on its `layout` (docs/STORAGE.md has th
   prompt, tools, parameters, messages and answer. `raw_request` and `raw_response` are
   store.delta frames against the exchange's raw parent and its blobs.
 A blob's bytes live in a `packs` row: one piece of a compressed stream per session segment
-(`group_id`), so a blob is read by decoding its group's pieces up to its pack.
+(`group_id`), so a blob is read by decoding its group's pieces up to its pack. A group's
+stream may start from a `dictionaries` row (revision 0005, `packs.dictionary_id`): content
+earlier sessions of the same harness version packed, which the next ones repeat.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ exchanges = sa.Table(
     sa.Column("layout", sa.Integer, nullable=False, server_default=sa.text("1")),
     sa.Column("segment", sa.Integer),
     sa.Column("piece", sa.Integer),
+    # The raw bodies' lengths (revision 0005; NULL on older rows): what `db stats` compares
+    # the store's size with, without rebuilding any body.
+    sa.Column("raw_request_size", sa.Integer),
+    sa.Column("raw_response_size", sa.Integer),
     # Also the index that serves "this session's exchanges in order".
     sa.UniqueConstraint("session_id", "seq"),
 )
@@ -99,6 +105,23 @@ packs = sa.Table(
     sa.Column("size", sa.Integer, nullable=False),  # plain bytes
     sa.Column("data", sa.LargeBinary, nullable=False),
     # gc leaves young groups alone: their writer may still append to them (encoder.PACK_IDLE).
+    sa.Column("created_at", Timestamp, nullable=False),
+    # The dictionary the group's stream starts from (store.dictionaries), the same on every
+    # pack of a group; NULL for none. No foreign key: dictionaries are never deleted.
+    sa.Column("dictionary_id", sa.Integer),
+)
+
+# Zstd dictionaries, one per harness version (revision 0005, store.dictionaries): the first
+# `size` plain bytes of pack group `group_id`, what a session of that version packed first,
+# which later sessions' pack streams start from. Not a copy: gc keeps that group as it is.
+# Rows are written once and never changed.
+dictionaries = sa.Table(
+    "dictionaries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("harness", sa.Text, nullable=False, unique=True),
+    sa.Column("group_id", sa.BigInteger, nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),  # plain bytes
     sa.Column("created_at", Timestamp, nullable=False),
 )
 

@@ -12,6 +12,8 @@ last few exchanges, which later ones derive from:
   part of them, so a moved marker does not break the chain.
 - Raw parent: the same exchange, unless its raw chain is RAW_KEYFRAME_EVERY long (see
   store.delta).
+- Dictionary: the pack stream starts from the harness version's dictionary when the store
+  has one (store.dictionaries); until then the encoder's own pack group may become it.
 - A segment ends when its streams have taken SEGMENT_BYTES of plain input, so that reading
   one exchange never decodes more than that; the next exchange starts a new segment with a
   fresh encoder and no parent.
@@ -33,7 +35,7 @@ import orjson
 from forge_record.identity import blob_name
 from forge_record.records import Exchange, Request
 from forge_record.shared_ends import shared_prefix
-from forge_record.store import compression, content, delta
+from forge_record.store import compression, content, delta, dictionaries, tokens
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
@@ -64,18 +66,45 @@ class _Seen:
     raw_request: bytes
     raw_response: bytes
     raw_depth: int  # 0 for a keyframe
+    tokens: list[int] | None = None  # engine prompt then output ids, what a child may keep
+    tokens_depth: int = 0  # 0 for a call whose token blob keeps no parent ids
 
 
 @dataclass
 class SessionEncoder:
     segment: int
+    harness: str = ""  # dictionaries.key of the segment's first exchange
+    dictionary: tuple[int, bytes] | None = None  # (id, plain bytes) its pack streams start from
     pieces: int = 0
     group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
     _manifests: compression.Stream = field(default_factory=compression.Stream)
-    _packs: compression.Stream = field(default_factory=compression.Stream)
+    _packs: compression.Stream = field(init=False)
+    _offered: bool = False  # its group as the harness version's dictionary
     _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
     _packed_at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self._packs = self._pack_stream()
+
+    @property
+    def dictionary_id(self) -> int | None:
+        return self.dictionary[0] if self.dictionary else None
+
+    def offer_dictionary(self, ended: bool = False) -> tuple[int, int] | None:
+        """(group, plain bytes) of its pack group to make its harness version's dictionary:
+        once the group holds dictionaries.SIZE bytes, or at the session's end (`ended`) if
+        it holds MAKE_AFTER; then only once. None if it uses a dictionary itself (groups
+        never chain) or has too little."""
+        fed = self._packs.fed
+        if self.dictionary or self._offered or fed < (
+                dictionaries.MAKE_AFTER if ended else dictionaries.SIZE):
+            return None
+        self._offered = True
+        return self.group, min(fed, dictionaries.SIZE)
+
+    def _pack_stream(self) -> compression.Stream:
+        return compression.Stream(prefix=self.dictionary[1] if self.dictionary else b"")
 
     @property
     def full(self) -> bool:
@@ -92,20 +121,25 @@ class SessionEncoder:
             names = (parent.names[:keep] if parent else []) + append
             refs = content.request_refs(ex.request, parts, parent and parent.seq, keep, append)
         answer = self._keep(content.answer_blob(ex.response), blobs) if ex.response else None
+        token_ref, token_depth = self._tokens(ex, parent, blobs)
         raw_parent = parent if parent and parent.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY else None
         hint = self._request_hint(refs, names, raw_parent is None)
         raw_request = delta.encode(
             ex.raw_request, raw_parent.raw_request if raw_parent else None, hint)
         raw_response = delta.encode(ex.raw_response, None, response_hint(
-            raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")))
-        found = content.manifest(ex, refs, answer, raw_parent and raw_parent.seq)
+            raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")),
+            delta.RESPONSE_LEVEL)
+        found = content.manifest(ex, refs, answer, raw_parent and raw_parent.seq, token_ref)
         piece = self._manifests.piece(orjson.dumps(found))
         self._recent.append(_Seen(
             ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
-            raw_parent.raw_depth + 1 if raw_parent else 0))
+            raw_parent.raw_depth + 1 if raw_parent else 0,
+            tokens.full(ex.response and ex.response.tokens), token_depth))
         self.pieces += 1
-        # Only messages appended to this session's own history are certainly new.
-        shared = set(blobs) - set(refs["append"] if refs and parent else ()) - {answer}
+        # Only messages appended to this session's own history are certainly new, and a
+        # call's token blob is its own.
+        mine = {answer, token_ref and token_ref["blob"]}
+        shared = set(blobs) - set(refs["append"] if refs and parent else ()) - mine
         return Encoded(ex.seq, self.segment, self.pieces - 1, piece, raw_request, raw_response,
                        blobs, shared)
 
@@ -116,7 +150,7 @@ class SessionEncoder:
         group none of whose blobs were kept (it spares groups younger than its grace)."""
         now = time.monotonic()
         if now - self._packed_at > PACK_IDLE:
-            self._packs, self.group = compression.Stream(), secrets.randbits(62)
+            self._packs, self.group = self._pack_stream(), secrets.randbits(62)
         self._packed_at = now
         return self._packs.piece(b"".join(datas)), spans(datas)
 
@@ -134,6 +168,18 @@ class SessionEncoder:
                 if k > keep:
                     best, keep = seen, k
         return best, keep
+
+    def _tokens(self, ex: Exchange, parent: _Seen | None,
+                blobs: dict[str, bytes]) -> tuple[dict | None, int]:
+        """The manifest's reference to the call's token blob, and its depth in its chain:
+        prompt ids are kept as what they add to the message parent's ids (store.tokens)."""
+        if ex.response is None or ex.response.tokens is None:
+            return None, 0
+        base = parent if parent and parent.tokens and \
+            parent.tokens_depth + 1 < tokens.KEYFRAME_EVERY else None
+        data, keep = tokens.encode(ex.response.tokens, base and base.tokens)
+        ref = {"blob": self._keep(data, blobs), "parent": base.seq if base and keep else None}
+        return ref, base.tokens_depth + 1 if base and keep else 0
 
     def _parts(self, request: Request, parent: _Seen | None, blobs: dict[str, bytes]) -> dict:
         made = {"system": lambda: content.system_blob(request),

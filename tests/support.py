@@ -167,8 +167,9 @@ def make_exchange(seq: int = 0, **overrides) -> Exchange:
     return Exchange(**(fields | overrides))
 
 
-def realistic_exchanges(n: int = 60, seed: int = 0) -> list[Exchange]:
-    """A synthetic Claude Code session (bench/gen_session.py), decoded by the real decoder."""
+def realistic_exchanges(n: int = 60, seed: int = 0, harness: int | None = None) -> list[Exchange]:
+    """A synthetic Claude Code session (bench/gen_session.py), decoded by the real decoder;
+    sessions with the same `harness` seed share a harness version and a project."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import gen_session
@@ -178,7 +179,7 @@ def realistic_exchanges(n: int = 60, seed: int = 0) -> list[Exchange]:
 
     dialect = anthropic_messages.DIALECT
     out = []
-    for seq, call in enumerate(gen_session.calls(n, seed), 1):
+    for seq, call in enumerate(gen_session.calls(n, seed, harness_seed=harness), 1):
         decoder = dialect.response_decoder("text/event-stream")
         decoder.feed(call.response)
         out.append(Exchange(

@@ -43,7 +43,8 @@ def closed_port() -> int:
 
 
 READING = [["sessions"], ["show", "last"], ["view", "last"], ["export", "--format", "openai"],
-           ["db", "current"], ["gc", "--older-than", "1d", "--dry-run"], ["label", "last"],
+           ["db", "current"], ["db", "stats"], ["gc", "--older-than", "1d", "--dry-run"],
+           ["label", "last"],
            ["push", "--to", "sqlite:////nonexistent-target/x.db"]]
 
 

@@ -37,8 +37,10 @@ EXPECTED_COLUMNS = {
         "http_status", "started_at", "first_byte_at", "ended_at", "input_tokens",
         "output_tokens", "cache_read_tokens", "cache_write_tokens", "tool_calls", "flags",
         "record", "raw_request", "raw_response", "layout", "segment", "piece",
+        "raw_request_size", "raw_response_size",
     ],
-    "packs": ["id", "group_id", "size", "data", "created_at"],
+    "packs": ["id", "group_id", "size", "data", "created_at", "dictionary_id"],
+    "dictionaries": ["id", "harness", "group_id", "size", "created_at"],
     "blobs": ["hash", "pack_id", "start", "length", "touched_at"],
     "labels": ["session_id", "reward", "note", "tags", "created_at", "updated_at"],
     "gateway_sessions": [
@@ -49,7 +51,7 @@ EXPECTED_COLUMNS = {
 }
 COLUMNS_0001 = {
     "sessions": EXPECTED_COLUMNS["sessions"][:-2],
-    "exchanges": EXPECTED_COLUMNS["exchanges"][:-3],
+    "exchanges": EXPECTED_COLUMNS["exchanges"][:-5],
     migrate.VERSION_TABLE: ["version_num"],
 }
 EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id",

@@ -91,7 +91,9 @@ def _rewrite_as_layout_1(conn: sa.Connection) -> None:
             {"s": session_id, "q": ex.seq, "new_record": compression.pack(exchange_to_dict(ex)),
              "new_request": compression.compress(ex.raw_request),
              "new_response": compression.compress(ex.raw_response)}
-            for ex in reader.read_session(conn, session_id, raw=True)
+            # Below revision 0005 packs have no dictionary_id (and 0005's downgrade refused
+            # if any pack used one).
+            for ex in reader.read_session(conn, session_id, raw=True, dictionaries=False)
         ]
         conn.execute(
             exchanges.update()
