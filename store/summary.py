@@ -109,13 +109,17 @@ _SELECTION = (
               sessions.c.tags, labels.c.session_id.label("labelled"),
               labels.c.tags.label("label_tags"))
     .select_from(sessions.outerjoin(labels, labels.c.session_id == sessions.c.id))
-    .order_by(sessions.c.started_at, sessions.c.id)
 )
 
 
-def selection_rows(conn: sa.Connection, ids: list[str] | None) -> Iterator[dict[str, Any]]:
+def selection_rows(conn: sa.Connection, ids: list[str] | None, since: float | None,
+                   newest: bool) -> Iterator[dict[str, Any]]:
     """See Store.selection_rows. Streamed: a store of many sessions is never held."""
     query = _SELECTION if ids is None else _SELECTION.where(sessions.c.id.in_(ids))
+    if since is not None:
+        query = query.where(sessions.c.started_at >= since)
+    query = newest_first(query) if newest else query.order_by(sessions.c.started_at,
+                                                              sessions.c.id)
     for row in conn.execute(query.execution_options(yield_per=500)):
         yield {"id": row.id, "harness": row.harness, "user": row.user_name,
                "started_at": row.started_at, "tags": row.tags or {},
