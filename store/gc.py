@@ -176,13 +176,18 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
         else:
             report.groups += 1
         todo.append((group, bool(names)))
-    if dry_run:
+    if dry_run or not todo:
         return
-    for group, repack in todo:
-        names = conn.scalars(
-            sa.select(blobs.c.hash).select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
-            .where(packs.c.group_id == group, stays)).all() if repack else []
-        _replace_group(store, group, names)
+    # The blobs that move, in one pass over blobs (no index on pack_id: see schema.blobs).
+    moving: dict[int, list[str]] = {g: [] for g, repack in todo if repack}
+    if moving:
+        query = (sa.select(packs.c.group_id, blobs.c.hash)
+                 .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id)).where(stays))
+        for group, blob in conn.execute(query):
+            if group in moving:
+                moving[group].append(blob)
+    for group, _ in todo:
+        _replace_group(store, group, moving.get(group, []))
 
 
 def _replace_group(store: Store, group: int, names: list[str]) -> None:
