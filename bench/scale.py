@@ -2,7 +2,7 @@
 exchanges, wall time and peak memory of each.
 
     python bench/scale.py [--sizes 10000,100000,1000000] [--store sqlite|postgres|both]
-                          [--templates 100] [--json FILE]
+                          [--templates 100] [--base DIR] [--json FILE]
 
 How the store is made (fast, bounded): `--templates` distinct sessions of 100 exchanges
 (bench/export.py's small shape: 99 model calls and a side call, each session its own content)
@@ -134,9 +134,12 @@ def _high_water_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def measure(url: str, args: list[str]) -> dict:
+def measure(url: str, args: list[str], base: str | None = None) -> dict:
+    env = dict(os.environ)
+    if base:  # another revision's forge_record package first on sys.path
+        env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, __file__, "--child", url, "--", *args],
-                          capture_output=True, text=True, timeout=3600)
+                          capture_output=True, text=True, timeout=3600, env=env)
     if done.returncode:  # e.g. an option the revision measured does not have
         print(f"{args} failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
         return {"seconds": float("nan"), "rss_before_kb": 0, "rss_peak_kb": 0}
@@ -164,7 +167,8 @@ def commands(url: str, now: float) -> list[tuple[str, list[str]]]:
     ]
 
 
-def run(url: str, sizes: list[int], templates: Templates, label: str) -> list[dict]:
+def run(url: str, sizes: list[int], templates: Templates, label: str,
+        base: str | None = None) -> list[dict]:
     per_round = len(templates.exchanges)
     rows, done = [], 0
     for size in sizes:
@@ -175,13 +179,17 @@ def run(url: str, sizes: list[int], templates: Templates, label: str) -> list[di
         done = rounds
         now = time.time()
         for name, args in commands(url, now):
-            m = measure(url, args)
-            rows.append({"store": label, "exchanges": rounds * per_round, "command": name,
-                         "seconds": round(m["seconds"], 3),
-                         "rss_mb": round(m["rss_peak_kb"] / 1024),
-                         "rss_before_mb": round(m["rss_before_kb"] / 1024),
-                         "build_s": round(built, 1)})
-            print(json.dumps(rows[-1]), flush=True)
+            # With --base, the other revision first: its gc deletes the 10 oldest, ours
+            # then walks the same store with nothing left to delete.
+            for revision, path in ([("base", base)] if base else []) + [("this", None)]:
+                m = measure(url, args, path)
+                rows.append({"store": label, "revision": revision,
+                             "exchanges": rounds * per_round, "command": name,
+                             "seconds": round(m["seconds"], 3),
+                             "rss_mb": round(m["rss_peak_kb"] / 1024),
+                             "rss_before_mb": round(m["rss_before_kb"] / 1024),
+                             "build_s": round(built, 1)})
+                print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -220,12 +228,12 @@ def main() -> None:
         if args.store in ("sqlite", "both"):
             url = f"sqlite:///{root / 'scale.db'}"
             open_store(url).close()  # the schema
-            rows += run(url, sizes, templates, "sqlite")
+            rows += run(url, sizes, templates, "sqlite", args.base)
         if args.store in ("postgres", "both"):
             url, drop = postgres_database()
             try:
                 open_store(url).close()
-                rows += run(url, sizes, templates, "postgres")
+                rows += run(url, sizes, templates, "postgres", args.base)
             finally:
                 drop()
     finally:
@@ -240,6 +248,8 @@ def parse_args():
     p.add_argument("--sizes", default="10000,100000,1000000")
     p.add_argument("--store", choices=["sqlite", "postgres", "both"], default="both")
     p.add_argument("--templates", type=int, default=100)
+    p.add_argument("--base", metavar="DIR", help="also run each command with DIR first on "
+                   "sys.path: another revision's package (see bench/forge_proc.py)")
     p.add_argument("--json", help="write the report here")
     p.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
