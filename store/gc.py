@@ -23,11 +23,13 @@ import secrets
 import time
 from dataclasses import dataclass
 
+import orjson
 import sqlalchemy as sa
 
+from forge_record.errors import StoreError
 from forge_record.store import compression, content, dictionaries
 from forge_record.store.batch import new_pack
-from forge_record.store.reader import BlobReader, chunks, segment_manifests
+from forge_record.store.reader import BlobReader, chunks
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs, sessions
 from forge_record.store.segments import spans
 from forge_record.store.store import Store
@@ -57,27 +59,34 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
         with store.transaction("delete sessions") as conn:
             for part in chunks(doomed):
                 conn.execute(sessions.delete().where(sessions.c.id.in_(part)))
+    # One connection throughout: the live set is a temporary table of it.
     with store.reading("find live blobs") as conn:
-        live = _live_blobs(conn, skip=set(doomed) if dry_run else set())
-        dead = [(h, n) for h, n, t in conn.execute(
-            sa.select(blobs.c.hash, blobs.c.length, blobs.c.touched_at))
-            if h not in live and t < now - grace]
-    report.blobs, report.blob_bytes = len(dead), sum(n for _, n in dead)
-    if not dry_run and dead:
-        with store.transaction("delete blobs") as conn:
-            for part in chunks([h for h, _ in dead]):
-                conn.execute(blobs.delete().where(blobs.c.hash.in_(part),
-                                                  blobs.c.touched_at < now - grace))
-    _sweep_packs(store, report, dry_run, {h for h, _ in dead}, now - grace)
+        _LIVE.drop(conn, checkfirst=True)
+        _LIVE.create(conn)
+        try:
+            _mark_live(conn, skip=set(doomed) if dry_run else set())
+            conn.commit()
+            dying = _dying(conn, now - grace)
+            dead = [(h, n) for h, n in conn.execute(
+                sa.select(blobs.c.hash, blobs.c.length).where(dying))]
+            report.blobs, report.blob_bytes = len(dead), sum(n for _, n in dead)
+            if not dry_run and dead:
+                with store.transaction("delete blobs") as writing:
+                    for part in chunks([h for h, _ in dead]):
+                        writing.execute(blobs.delete().where(
+                            blobs.c.hash.in_(part), blobs.c.touched_at < now - grace))
+            _sweep_packs(store, conn, report, dry_run, ~dying, now - grace)
+        finally:
+            _LIVE.drop(conn, checkfirst=True)
+            conn.commit()
     return report
 
 
 def _old_sessions(store: Store, cutoff: float, report: Report, now: float) -> list[str]:
     with store.reading("find old sessions") as conn:
         query = sa.select(sessions).where(sessions.c.started_at < cutoff)
-        rows = conn.execute(query).mappings().all()
         doomed = []
-        for row in rows:
+        for row in conn.execute(query).mappings():
             if status(row, now) == "recording":
                 report.kept_recording += 1
             else:
@@ -89,46 +98,97 @@ def _old_sessions(store: Store, cutoff: float, report: Report, now: float) -> li
     return doomed
 
 
-def _live_blobs(conn: sa.Connection, skip: set[str]) -> set[str]:
-    live: set[str] = set()
-    segments = conn.execute(
-        sa.select(exchanges.c.session_id, exchanges.c.segment).distinct()
-        .where(exchanges.c.layout != LAYOUT_RECORD)).all()
-    for session_id, segment in segments:
-        if session_id not in skip:
-            for found in segment_manifests(conn, session_id, segment).values():
-                live.update(content.referenced(found))
-    return live
+# The live set: every blob a remaining manifest names. A temporary table of gc's connection,
+# not a Python set, so that gc's memory does not grow with the store.
+_LIVE = sa.Table("forge_gc_live", sa.MetaData(), sa.Column("hash", sa.Text, primary_key=True),
+                 prefixes=["TEMPORARY"])
+_ADD_LIVE = sa.text("INSERT INTO forge_gc_live (hash) VALUES (:hash) ON CONFLICT DO NOTHING")
+_SESSION_MANIFESTS = sa.select(exchanges.c.segment, exchanges.c.piece, exchanges.c.record).where(
+    exchanges.c.session_id == sa.bindparam("session_id"), exchanges.c.layout != LAYOUT_RECORD
+).order_by(exchanges.c.segment, exchanges.c.piece)
+_RECENT_NAMES = 100_000  # names already added that are not added again (system prompts, ...)
 
 
-def _sweep_packs(store: Store, report: Report, dry_run: bool, dying: set[str],
-                 young: float) -> None:
-    with store.reading("size pack groups") as conn:
-        groups = conn.execute(sa.select(
-            packs.c.group_id, sa.func.sum(packs.c.size), sa.func.sum(sa.func.length(packs.c.data)),
-            sa.func.max(packs.c.created_at)).group_by(packs.c.group_id)).all()
-        held: dict[int, list[str]] = {}  # group -> its blobs that stay
-        held_bytes: dict[int, int] = {}
-        query = sa.select(packs.c.group_id, blobs.c.hash, blobs.c.length).join(
-            packs, packs.c.id == blobs.c.pack_id)
-        for group, blob, length in conn.execute(query):
-            if blob not in dying:
-                held.setdefault(group, []).append(blob)
-                held_bytes[group] = held_bytes.get(group, 0) + length
-        kept = set(conn.scalars(dictionaries.GROUPS))  # never changed: they are dictionaries
-    for group, plain, stored, newest in groups:
-        if newest >= young or group in kept:
+def _mark_live(conn: sa.Connection, skip: set[str]) -> None:
+    """Walk every manifest of every remaining session, one session at a time, adding the
+    blobs it names to the live table."""
+    added: set[str] = set()
+    ids = conn.scalars(sa.select(sessions.c.id)).all()
+    for session_id in ids:
+        if session_id in skip:
             continue
-        names, live_bytes = held.get(group, []), held_bytes.get(group, 0)
-        if names and live_bytes * 2 >= plain:
+        names = set()
+        for found in _session_manifests(conn, session_id):
+            names.update(content.referenced(found))
+        fresh = names - added
+        if fresh:
+            conn.execute(_ADD_LIVE, [{"hash": n} for n in sorted(fresh)])
+            if len(added) > _RECENT_NAMES:
+                added.clear()
+            added |= fresh
+
+
+def _session_manifests(conn: sa.Connection, session_id: str):
+    """The session's manifests, each segment's stream decoded once."""
+    rows = conn.execute(_SESSION_MANIFESTS, {"session_id": session_id}).all()
+    start = 0
+    while start < len(rows):
+        segment = rows[start][0]
+        end = start
+        while end < len(rows) and rows[end][0] == segment:
+            end += 1
+        part = rows[start:end]
+        if [r[1] for r in part] != list(range(len(part))):
+            raise StoreError(f"session {session_id} segment {segment} has missing pieces")
+        for plain in compression.decode_pieces(r[2] for r in part):
+            yield orjson.loads(plain)
+        start = end
+
+
+def _dying(conn: sa.Connection, untouched_since: float) -> sa.ColumnElement[bool]:
+    """Blobs no remaining manifest names and no writer touched since `untouched_since`."""
+    live = sa.select(_LIVE.c.hash).where(_LIVE.c.hash == blobs.c.hash).exists()
+    return sa.and_(blobs.c.touched_at < untouched_since, ~live)
+
+
+def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: bool,
+                 stays: sa.ColumnElement[bool], young: float) -> None:
+    """Drop or repack the old groups whose blobs went (or, dry, would go). Sums per group
+    are SQL's, so only the groups acted on are held."""
+    held = (sa.select(packs.c.group_id, sa.func.count().label("names"),
+                      sa.func.sum(blobs.c.length).label("bytes"))
+            .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
+            .where(stays).group_by(packs.c.group_id).subquery())
+    groups = (sa.select(packs.c.group_id, sa.func.sum(packs.c.size),
+                        sa.func.sum(sa.func.length(packs.c.data)),
+                        sa.func.max(packs.c.created_at))
+              .group_by(packs.c.group_id).subquery())
+    query = (sa.select(groups.c.group_id, groups.c[1], groups.c[2], held.c.names, held.c.bytes)
+             .select_from(groups.outerjoin(held, held.c.group_id == groups.c.group_id))
+             .where(groups.c[3] < young))
+    todo = []
+    kept = set(conn.scalars(dictionaries.GROUPS))  # never changed: they are dictionaries
+    for group, plain, stored, names, live_bytes in conn.execute(query):
+        if group in kept or names and (live_bytes or 0) * 2 >= plain:
             continue
         report.pack_bytes += stored
         if names:
             report.repacked += 1
         else:
             report.groups += 1
-        if not dry_run:
-            _replace_group(store, group, names)
+        todo.append((group, bool(names)))
+    if dry_run or not todo:
+        return
+    # The blobs that move, in one pass over blobs (no index on pack_id: see schema.blobs).
+    moving: dict[int, list[str]] = {g: [] for g, repack in todo if repack}
+    if moving:
+        query = (sa.select(packs.c.group_id, blobs.c.hash)
+                 .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id)).where(stays))
+        for group, blob in conn.execute(query):
+            if group in moving:
+                moving[group].append(blob)
+    for group, _ in todo:
+        _replace_group(store, group, moving.get(group, []))
 
 
 def _replace_group(store: Store, group: int, names: list[str]) -> None:

@@ -273,6 +273,15 @@ class Store:
         with self._guard("list sessions"), self._engine.connect() as conn:
             return summary.summaries(conn, page)
 
+    def selection_rows(self, ids: list[str] | None = None, *, since: float | None = None,
+                       newest_first: bool = False) -> Iterator[dict[str, Any]]:
+        """What session filters look at, oldest first (or newest first) and streamed,
+        without summing any exchange: id, harness, user, started_at, tags, and the label's
+        tags (None when the session has no label). `ids`: only these sessions (default:
+        all); `since`: only those started at or after it."""
+        with self._guard("list sessions"), self._engine.connect() as conn:
+            yield from summary.selection_rows(conn, ids, since, newest_first)
+
     def session_summary(self, session_id: str) -> dict[str, Any]:
         """The session's fields (as Session.to_dict) plus: calls (exchanges of kind "model"),
         side_calls (every other kind, e.g. count_tokens), tool_calls, token sums, model

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -21,7 +22,7 @@ import sqlalchemy as sa
 
 from forge_record.records import Session, session_from_dict, session_to_dict
 from forge_record.store.batch import TOKEN_COLUMNS
-from forge_record.store.schema import exchanges, sessions
+from forge_record.store.schema import exchanges, labels, sessions
 
 HEARTBEAT_EVERY = 60.0
 STALE_AFTER = 3 * HEARTBEAT_EVERY
@@ -101,3 +102,25 @@ def summaries(conn: sa.Connection, ids: sa.Select) -> list[dict[str, Any]]:
                        status=status(row, now))
         out.append(summary)
     return out
+
+
+_SELECTION = (
+    sa.select(sessions.c.id, sessions.c.harness, sessions.c.user_name, sessions.c.started_at,
+              sessions.c.tags, labels.c.session_id.label("labelled"),
+              labels.c.tags.label("label_tags"))
+    .select_from(sessions.outerjoin(labels, labels.c.session_id == sessions.c.id))
+)
+
+
+def selection_rows(conn: sa.Connection, ids: list[str] | None, since: float | None,
+                   newest: bool) -> Iterator[dict[str, Any]]:
+    """See Store.selection_rows. Streamed: a store of many sessions is never held."""
+    query = _SELECTION if ids is None else _SELECTION.where(sessions.c.id.in_(ids))
+    if since is not None:
+        query = query.where(sessions.c.started_at >= since)
+    query = newest_first(query) if newest else query.order_by(sessions.c.started_at,
+                                                              sessions.c.id)
+    for row in conn.execute(query.execution_options(yield_per=500)):
+        yield {"id": row.id, "harness": row.harness, "user": row.user_name,
+               "started_at": row.started_at, "tags": row.tags or {},
+               "label_tags": None if row.labelled is None else dict(row.label_tags or {})}

@@ -51,3 +51,19 @@ def test_quick_run_produces_a_well_formed_result(tmp_path):
     assert _finite(throughput["ratios"]["reverse"]["rate"])
     assert _finite(throughput["ratios"]["reverse, against lean"]["cpu_s_per_mb"])
     assert "## Latency" in done.stdout and "## Throughput" in done.stdout
+
+
+@pytest.mark.slow
+def test_scale_bench_measures_every_command_on_a_tiny_store(tmp_path):
+    out = tmp_path / "scale.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "scale.py"), "--store", "sqlite",
+         "--templates", "2", "--sizes", "200,400", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert {r["exchanges"] for r in runs} == {200, 400}
+    assert len({r["command"] for r in runs}) == 8
+    # every command ran (a failed one reports NaN) and its peak memory was read
+    assert all(_finite(r["seconds"]) and r["rss_mb"] > 0 for r in runs), runs

@@ -27,6 +27,7 @@ from forge_record.cli import cli
 from forge_record.identity import HASH_PREFIX
 from forge_record.lineage.signals import COMPACTION_MARKERS, CONTINUATION_PREFIX
 from forge_record.records import Message, Text
+from forge_record.store import open_store
 
 
 @pytest.fixture
@@ -92,6 +93,19 @@ def two_sessions(url: str) -> None:
 
 def listed(url: str, *args: str) -> list[str]:
     return [r["id"][0] for r in orjson.loads(forge("sessions", "--json", "--store", url, *args))]
+
+
+def test_sessions_filter_by_start_and_tags_before_fingerprints(store_url):
+    two_sessions(store_url)
+    with open_store(store_url) as st:
+        st.label_session("1" * 16, tags={"team": "a"})
+    assert listed(store_url, "--since", "1500") == ["2"]
+    assert listed(store_url, "--since", "3000") == []
+    assert listed(store_url, "--tag", "team=a") == ["1"]  # a label's tags count
+    assert listed(store_url, "--tag", "team=b") == []
+    assert listed(store_url, "--tag", "team=a", "--since", "1500") == []
+    assert listed(store_url, "--since", "1500", "--harness", "claude-code") == ["2"]
+    assert listed(store_url, "--tag", "team=a", "--model", "claude-opus-*") == ["1"]
 
 
 def test_sessions_filter_by_fingerprint(store_url):

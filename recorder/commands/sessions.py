@@ -1,5 +1,8 @@
 """`forge-record sessions`: the recorded sessions, newest first, optionally filtered by
-harness fingerprint.
+start time and tags, and by harness fingerprint.
+
+--since and --tag select on the session rows (tags as `export --tag` matches them: the
+session's, and its label's, which win), so they cost nothing per session left out.
 
 Filters (--harness, --version, --model, --system-hash, --tools-hash, --beta) are matched in
 Python: a session matches when one of its conversation calls (main, subagent or retry; side
@@ -16,13 +19,15 @@ a retry is not a call, side calls are apart, "tokens in" is every prompt token r
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import time
 from dataclasses import asdict
 
 import click
 import orjson
 
-from forge_record.commands.common import open_store, store_option
+from forge_record.commands.common import key_value, open_store, store_option
+from forge_record.exporters.select import parse_when
 from forge_record.identity import HASH_PREFIX
 from forge_record.lineage import analyze, session_usage
 from forge_record.lineage.fingerprint import Fingerprint
@@ -38,17 +43,25 @@ from forge_record.lineage.fingerprint import Fingerprint
 @click.option("--system-hash", help="System prompt hash or a prefix of it (see show --json).")
 @click.option("--tools-hash", help="Tool-schema list hash or a prefix of it.")
 @click.option("--beta", "betas", multiple=True, help="A beta flag the calls sent; repeatable.")
+@click.option("--since", metavar="WHEN", help="Sessions started at or after WHEN "
+              "(2026-08-01, an ISO time, an epoch, or an age: 12h, 7d).")
+@click.option("--tag", multiple=True, callback=key_value, metavar="K=V",
+              help="Only sessions tagged K=V (at run, or by a label). Repeatable.")
 def sessions(store, as_json, limit, harness, version, model, system_hash, tools_hash,
-             betas) -> None:
+             betas, since, tag) -> None:
     """List recorded sessions."""
     wanted = _Filter(harness, version, model, system_hash, tools_hash, betas)
     st = open_store(store)
     try:
+        candidates = _candidates(st, parse_when(since) if since else None, tag)
         if wanted.active:
-            rows = _filtered(st, wanted, limit)
+            rows = _filtered(st, candidates, wanted, limit)
         else:
-            rows = [counted(row, session_usage(st.iter_exchanges(row["id"]), row["harness"]))
-                    for row in st.list_sessions(limit)]
+            rows = []
+            for row in itertools.islice(candidates, limit):
+                summary = st.session_summary(row["id"])
+                usage = session_usage(st.iter_exchanges(row["id"]), summary["harness"])
+                rows.append(counted(summary, usage))
     finally:
         st.close()
     if as_json:
@@ -98,11 +111,21 @@ class _Filter:
         return self.betas <= set(fp.betas)
 
 
-def _filtered(st, wanted: _Filter, limit: int) -> list[dict]:
+def _candidates(st, since: float | None, tags: dict[str, str]):
+    """Selection rows (Store.selection_rows) newest first, of the sessions started since
+    `since` whose tags (a label's win) include `tags`."""
+    for row in st.selection_rows(since=since, newest_first=True):
+        merged = {**row["tags"], **(row["label_tags"] or {})}
+        if all(merged.get(k) == v for k, v in tags.items()):
+            yield row
+
+
+def _filtered(st, candidates, wanted: _Filter, limit: int) -> list[dict]:
     """Matching sessions, newest first, each with the fingerprints of its conversation
     calls under "fingerprints"."""
     out = []
-    for row in st.list_sessions(None):
+    for candidate in candidates:
+        row = st.session_summary(candidate["id"])
         lineage = analyze(st.iter_exchanges(row["id"]), row["harness"])
         used = {c.fingerprint for c in lineage.calls.values() if c.role != "side"}
         fingerprints = [f for i, f in lineage.fingerprints.items() if i in used]

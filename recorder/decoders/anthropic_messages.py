@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import threading
+from collections import deque
 from typing import Any
 
 import orjson
@@ -136,13 +138,40 @@ def _tool(raw: dict[str, Any]) -> Tool:
     return Tool(kind=kind, name=raw.get("name", ""), parameters=rest or None)
 
 
+# The message dicts of the last few requests parsed, with the records built from them. An
+# agent loop resends its whole history on every call, so nearly every message of a request
+# was in one of the requests just before; equal dicts make equal records, and records are
+# not changed in place once built (see store.content.Decoded), so those are reused. A
+# comparison of dicts costs a fraction of building the records again.
+_RECENT: deque[tuple[list[Any], list[Message]]] = deque(maxlen=8)
+_RECENT_LOCK = threading.Lock()
+
+
+def _messages(raw: list[Any]) -> list[Message]:
+    with _RECENT_LOCK:
+        recent = list(_RECENT)
+    reused: list[Message] = []
+    for old_raw, old_messages in reversed(recent):  # the newest first
+        if old_raw and raw and old_raw[0] == raw[0]:
+            for new, old, message in zip(raw, old_raw, old_messages, strict=False):
+                if new != old:
+                    break
+                reused.append(message)
+            break
+    messages = reused + [Message(role=m["role"], content=_blocks(m.get("content")))
+                         for m in raw[len(reused):]]
+    if raw:
+        with _RECENT_LOCK:
+            _RECENT.append((raw, messages))
+    return messages
+
+
 def _parse_request(data: dict[str, Any]) -> Request:
     return Request(
         model=data.get("model"),
         system=_blocks(data.get("system")),
         tools=[_tool(t) for t in data.get("tools") or ()],
-        messages=[Message(role=m["role"], content=_blocks(m.get("content")))
-                  for m in data.get("messages") or ()],
+        messages=_messages(data.get("messages") or []),
         stream=bool(data.get("stream")),
         parameters={k: v for k, v in data.items() if k not in _REQUEST_OWN_FIELDS},
     )

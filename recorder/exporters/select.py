@@ -57,41 +57,44 @@ def parse_when(text: str, now: float | None = None) -> float:
 def session_ids(store: Any, filters: Filters, tally: Tally) -> list[str]:
     if filters.sessions:
         ids = list(dict.fromkeys(store.resolve_session(ref) for ref in filters.sessions))
-        summaries = [store.session_summary(i) for i in ids]
+        rows = {r["id"]: r for r in store.selection_rows(ids)}
+        candidates = [rows[i] for i in ids]
     else:
-        summaries = store.list_sessions(limit=None)[::-1]
+        # Session columns and label tags only: nothing is summed over the exchanges of
+        # sessions a filter leaves out.
+        candidates = store.selection_rows()
     kept = []
-    for summary in summaries:
-        reason = skip_reason(summary, filters, store)
+    for row in candidates:
+        reason = skip_reason(row, filters, store)
         if reason:
             tally.skipped[f"sessions ({reason})"] += 1
         else:
-            kept.append(summary["id"])
+            kept.append(row["id"])
     return kept
 
 
-def _calls(store: Any, summary: dict[str, Any]) -> int:
+def _calls(store: Any, row: dict[str, Any]) -> int:
     """Calls as `sessions` and `show` count them (lineage.usage: a retry is not a call, side
     calls are apart), not the store's count of model exchanges."""
-    return session_usage(store.iter_exchanges(summary["id"]), summary.get("harness"))["calls"]
+    return session_usage(store.iter_exchanges(row["id"]), row.get("harness"))["calls"]
 
 
-def skip_reason(summary: dict[str, Any], f: Filters, store: Any) -> str | None:
-    if f.harness and summary.get("harness") != f.harness:
+def skip_reason(row: dict[str, Any], f: Filters, store: Any) -> str | None:
+    """Why the session `row` (as Store.selection_rows has it) is left out, or None."""
+    if f.harness and row.get("harness") != f.harness:
         return "other harness"
-    if f.user and summary.get("user") != f.user:
+    if f.user and row.get("user") != f.user:
         return "other user"
-    if f.since is not None and summary["started_at"] < f.since:
+    if f.since is not None and row["started_at"] < f.since:
         return "before --since"
-    if f.until is not None and summary["started_at"] >= f.until:
+    if f.until is not None and row["started_at"] >= f.until:
         return "after --until"
-    if f.min_calls is not None and _calls(store, summary) < f.min_calls:
+    label = row["label_tags"]
+    if f.labelled and label is None:
+        return "not labelled"
+    tags = {**(row.get("tags") or {}), **(label or {})}
+    if any(tags.get(k) != v for k, v in f.tags.items()):
+        return "tags do not match"
+    if f.min_calls is not None and _calls(store, row) < f.min_calls:
         return "fewer calls than --min-calls"
-    if f.labelled or f.tags:
-        label = store.get_label(summary["id"])
-        if f.labelled and label is None:
-            return "not labelled"
-        tags = {**(summary.get("tags") or {}), **((label or {}).get("tags") or {})}
-        if any(tags.get(k) != v for k, v in f.tags.items()):
-            return "tags do not match"
     return None
