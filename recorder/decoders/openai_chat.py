@@ -30,6 +30,7 @@ top-level fields (`created`, `system_fingerprint`, `service_tier`, ...) -> extra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -247,12 +248,15 @@ def _body_response(data: dict[str, Any]) -> Response:
     return completion_response(data)
 
 
-class _StreamDecoder:
-    """SSE framing around a ChatFold; `[DONE]` completes the stream."""
+class FoldedStream:
+    """SSE framing around a fold of OpenAI-style chunks (chat's ChatFold, completions'
+    CompletionsFold): each `data:` chunk is applied to `fold`, `build` turns the fold's
+    snapshot into the Response, and `[DONE]` completes the stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, fold: Any, build: Callable[[dict[str, Any]], Response]) -> None:
         self._sse = SSEDecoder()
-        self._fold = ChatFold()
+        self._fold = fold
+        self._build = build
         self._error: dict[str, Any] | None = None
         self._extras: dict[str, Any] = {}
         self._done = False
@@ -269,7 +273,7 @@ class _StreamDecoder:
         for event in self._sse.flush():
             self._on_event(event.event, event.data)
         try:
-            response = completion_response(self._fold.snapshot())
+            response = self._build(self._fold.snapshot())
         except SHAPE_ERRORS:  # a value of the wrong shape: the raw body still has it all
             response = Response()
             self._keep("undecoded_events", {"error": "chunks folded into an unusable shape"})
@@ -307,9 +311,9 @@ class OpenAIChat(Dialect):
     def parse_request(self, body: bytes) -> Request:
         return decode_object(body, "request body", parse_chat_request)
 
-    def response_decoder(self, content_type: str) -> _StreamDecoder | JsonBodyDecoder:
+    def response_decoder(self, content_type: str) -> FoldedStream | JsonBodyDecoder:
         if is_event_stream(content_type):
-            return _StreamDecoder()
+            return FoldedStream(ChatFold(), completion_response)
         return JsonBodyDecoder(_body_response)
 
 

@@ -18,18 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from forge_record.decoders.base import (
-    SHAPE_ERRORS,
     Dialect,
     JsonBodyDecoder,
     decode_object,
     is_event_stream,
 )
-from forge_record.decoders.openai_chat import chat_usage
+from forge_record.decoders.openai_chat import FoldedStream, chat_usage
 from forge_record.records import Message, Other, Request, Response, Text, Tokens
-from forge_record.sse import SSEDecoder
 
 _REQUEST_OWN_FIELDS = {"model", "prompt", "stream"}
 _TOP_OWN_FIELDS = {"id", "model", "choices", "usage", "object", "error"}
@@ -146,49 +142,6 @@ class CompletionsFold:
         return {**self._top, "choices": choices, "usage": self._usage}
 
 
-class _StreamDecoder:
-    def __init__(self) -> None:
-        self._sse = SSEDecoder()
-        self._fold = CompletionsFold()
-        self._error: dict[str, Any] | None = None
-        self._undecoded: list[dict[str, Any]] = []
-        self._done = False
-
-    @property
-    def complete(self) -> bool:
-        return self._done
-
-    def feed(self, chunk: bytes) -> None:
-        for event in self._sse.feed(chunk):
-            self._on_event(event.event, event.data)
-
-    def finish(self) -> Response:
-        for event in self._sse.flush():
-            self._on_event(event.event, event.data)
-        response = completions_response(self._fold.snapshot())
-        response.error = self._error
-        if self._undecoded:
-            response.extras["undecoded_events"] = self._undecoded
-        return response
-
-    def _on_event(self, name: str | None, data: str) -> None:
-        if data.startswith("[DONE]"):
-            self._done = True
-            return
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            chunk = None
-        if name == "error" or isinstance(chunk, dict) and chunk.get("error"):
-            error = chunk.get("error") if isinstance(chunk, dict) else None
-            self._error = error if isinstance(error, dict) else {"message": data}
-            return
-        try:
-            self._fold.apply(chunk)
-        except SHAPE_ERRORS:
-            self._undecoded.append({"event": name, "data": data})
-
-
 class OpenAICompletions(Dialect):
     name = "openai.completions"
     # …/completions, but not …/chat/completions (the chat dialect's)
@@ -198,9 +151,9 @@ class OpenAICompletions(Dialect):
     def parse_request(self, body: bytes) -> Request:
         return decode_object(body, "request body", parse_completions_request)
 
-    def response_decoder(self, content_type: str) -> _StreamDecoder | JsonBodyDecoder:
+    def response_decoder(self, content_type: str) -> FoldedStream | JsonBodyDecoder:
         if is_event_stream(content_type):
-            return _StreamDecoder()
+            return FoldedStream(CompletionsFold(), completions_response)
         return JsonBodyDecoder(_body_response)
 
 
