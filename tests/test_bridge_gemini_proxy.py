@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from engine_mock import bridging_proxy, prepared, scripted_engine
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
-from support import Arrivals
 
-from forge_record.addons.proxy import InProcessProxy
-from forge_record.addons.recorder import Recorder
-from forge_record.bridge.pairs import Pairs, link_of
-from forge_record.finalize import finalize
-from forge_record.mock import MockUpstream
+from forge_record.bridge.pairs import link_of
 from forge_record.mock import engine as mock_engine
 from forge_record.records import COMPLETE, ERROR
-from forge_record.trust import confdir
 
 HOST = "generativelanguage.googleapis.com"
 MODEL = "gemini-2.5-flash"
@@ -37,31 +32,18 @@ ASK = [types.Content(role="user", parts=[types.Part(text="What is here?")])]
 
 @pytest.fixture
 def engine():
-    with MockUpstream(routes=list(mock_engine.ROUTES),
-                      options={"engine_script": SCRIPT}) as m:
+    with scripted_engine(SCRIPT) as m:
         yield m
 
 
 @pytest.fixture
 def bridged(engine, tmp_path):
     """(client, exchanges, recorder): google-genai against a proxy bridging to the engine."""
-    exchanges = Arrivals()
-    addon = Recorder(exchanges.append, upstreams={HOST: engine.url}, record_any_host=True,
-                     engine="vllm", engine_model="mock-engine", top_logprobs=2)
-    proxy = InProcessProxy(addon, mode=f"reverse:https://{HOST}", confdir=confdir(tmp_path))
-    port = proxy.start()
-    client = genai.Client(api_key="AIza-dummy-key", http_options=types.HttpOptions(
-        base_url=f"http://127.0.0.1:{port}", retry_options=types.HttpRetryOptions(attempts=1)))
-    try:
+    with bridging_proxy(HOST, engine.url, tmp_path, top_logprobs=2) as (port, exchanges, addon):
+        client = genai.Client(api_key="AIza-dummy-key", http_options=types.HttpOptions(
+            base_url=f"http://127.0.0.1:{port}",
+            retry_options=types.HttpRetryOptions(attempts=1)))
         yield client, exchanges, addon
-    finally:
-        proxy.stop()
-
-
-def prepared(exchanges: list) -> list:
-    """Finalized and joined as the writer process does it, in queue order."""
-    pairs = Pairs()
-    return [pairs.join(finalize(e)) for e in exchanges]
 
 
 def answer(client, contents: list, stream: bool) -> types.GenerateContentResponse:

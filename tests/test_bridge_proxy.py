@@ -13,21 +13,17 @@ from pathlib import Path
 import anthropic
 import orjson
 import pytest
-from support import Arrivals
+from engine_mock import bridging_proxy, prepared, scripted_engine
 
-from forge_record.addons.proxy import InProcessProxy
-from forge_record.addons.recorder import Recorder
-from forge_record.bridge.pairs import Pairs, link_of
+from forge_record.bridge.pairs import link_of
 from forge_record.engine_probe import served_model
 from forge_record.exporters import export
-from forge_record.finalize import finalize
 from forge_record.lineage import analyze
 from forge_record.mock import MockUpstream
 from forge_record.mock import engine as mock_engine
 from forge_record.outcome import Failures
 from forge_record.records import COMPLETE, ERROR, Session
 from forge_record.store import open_store
-from forge_record.trust import confdir
 
 BASH = {"name": "Bash", "description": "Run a command",
         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
@@ -40,34 +36,21 @@ FORGE = str(Path(sys.executable).with_name("forge-record"))
 
 @pytest.fixture
 def engine():
-    with MockUpstream(routes=list(mock_engine.ROUTES),
-                      options={"engine_script": SCRIPT}) as m:
+    with scripted_engine(SCRIPT) as m:
         yield m
 
 
 @pytest.fixture
 def bridged(engine, tmp_path):
     """(client, exchanges, recorder): the SDK against a proxy bridging to the mock engine."""
-    exchanges = Arrivals()
-    addon = Recorder(exchanges.append, upstreams={"api.anthropic.com": engine.url},
-                     record_any_host=True, engine="vllm", engine_model="mock-engine",
-                     top_logprobs=2)
-    proxy = InProcessProxy(addon, mode="reverse:https://api.anthropic.com",
-                           confdir=confdir(tmp_path))
-    port = proxy.start()
-    client = anthropic.Anthropic(api_key="sk-ant-dummy-key", base_url=f"http://127.0.0.1:{port}",
-                                 max_retries=0)
-    try:
-        yield client, exchanges, addon
-    finally:
-        client.close()
-        proxy.stop()
-
-
-def prepared(exchanges: list) -> list:
-    """Finalized and joined as the writer process does it, in queue order."""
-    pairs = Pairs()
-    return [pairs.join(finalize(e)) for e in exchanges]
+    with bridging_proxy("api.anthropic.com", engine.url, tmp_path, top_logprobs=2) as (
+            port, exchanges, addon):
+        client = anthropic.Anthropic(api_key="sk-ant-dummy-key",
+                                     base_url=f"http://127.0.0.1:{port}", max_retries=0)
+        try:
+            yield client, exchanges, addon
+        finally:
+            client.close()
 
 
 def round_trip(client) -> list:

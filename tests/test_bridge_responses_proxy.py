@@ -9,19 +9,12 @@ from __future__ import annotations
 import openai
 import orjson
 import pytest
-from support import Arrivals
+from engine_mock import bridging_proxy, prepared, scripted_engine
 from websockets.sync.client import connect
 
-from forge_record.addons.proxy import InProcessProxy
-from forge_record.addons.recorder import Recorder
-from forge_record.addons.websocket import WebSocketRecorder
-from forge_record.bridge.pairs import Pairs, link_of
-from forge_record.chain import ResponseChains
-from forge_record.finalize import finalize
-from forge_record.mock import MockUpstream
+from forge_record.bridge.pairs import link_of
 from forge_record.mock import engine as mock_engine
 from forge_record.records import COMPLETE
-from forge_record.trust import confdir
 
 SHELL = {"type": "function", "name": "exec_command", "description": "Run a command",
          "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}
@@ -35,30 +28,15 @@ TERMINAL = {"response.completed", "response.failed", "response.incomplete", "err
 
 @pytest.fixture
 def engine():
-    with MockUpstream(routes=list(mock_engine.ROUTES),
-                      options={"engine_script": SCRIPT}) as m:
+    with scripted_engine(SCRIPT) as m:
         yield m
 
 
 @pytest.fixture
 def proxy(engine, tmp_path):
     """(port, exchanges, recorder): a recording proxy bridging api.openai.com to the engine."""
-    exchanges = Arrivals()
-    recorder = Recorder(exchanges.append, upstreams={"api.openai.com": engine.url},
-                        record_any_host=True, engine="vllm", engine_model="mock-engine")
-    server = InProcessProxy(WebSocketRecorder(recorder), mode="reverse:https://api.openai.com",
-                            confdir=confdir(tmp_path))
-    port = server.start()
-    try:
-        yield port, exchanges, recorder
-    finally:
-        server.stop()
-
-
-def prepared(exchanges: list) -> list:
-    """Finalized, chained and joined as the writer process does it, in queue order."""
-    pairs, chains = Pairs(), ResponseChains()
-    return [pairs.join(chains.stitch(finalize(e))) for e in exchanges]
+    with bridging_proxy("api.openai.com", engine.url, tmp_path) as running:
+        yield running
 
 
 def check_pairs(records: list, engine) -> list:
@@ -175,18 +153,11 @@ def test_codex_shaped_calls_over_the_websocket(proxy, engine):
 
 
 def test_an_engine_out_of_reach_gets_codex_s_error_frame(tmp_path):
-    exchanges = Arrivals()
-    recorder = Recorder(exchanges.append, upstreams={"api.openai.com": "http://127.0.0.1:9"},
-                        record_any_host=True, engine="vllm", engine_model="mock-engine")
-    server = InProcessProxy(WebSocketRecorder(recorder), mode="reverse:https://api.openai.com",
-                            confdir=confdir(tmp_path))
-    port = server.start()
-    try:
+    with bridging_proxy("api.openai.com", "http://127.0.0.1:9", tmp_path) as (
+            port, exchanges, _):
         with connect(f"ws://127.0.0.1:{port}/v1/responses") as ws:
             ws.send(create(PROMPT))
             [error] = receive_call(ws)
-    finally:
-        server.stop()
     assert error["type"] == "error" and error["status"] == 502
     assert "the engine call failed" in error["error"]["message"]
     engine_side, agent = prepared(exchanges.wait(2))
