@@ -1,7 +1,8 @@
 """`forge-record serve --engine auto` in front of the mock's vLLM side: the probe finds it
 once at start, sessions are tagged with it, a Completions call through a session is asked
 for tokens, the SDK gets its plain answer, and the record holds the engine's ids; the
-session's `weight_version` metadata reaches the tokens export."""
+session's `weight_version` metadata reaches the tokens export, whose rows the trajectory
+endpoint serves too."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def test_serve_detects_the_engine_and_records_its_tokens(tmp_path):
             assert reply.choices[0].text == tok.ANSWER
             assert reply.choices[0].model_extra.get("token_ids") is None  # not asked
             gw.client.finish(s["id"], "done", 0)
+            [item] = gw.client.trajectories()["items"]
         finally:
             assert gw.stop() == 0, "".join(gw.log)
     sent = mock.requests[-1].json()
@@ -50,3 +52,4 @@ def test_serve_detects_the_engine_and_records_its_tokens(tmp_path):
     [row] = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert row["weight_versions"] == ["w-3"]  # no header, no engine's own: the session's
     assert row["response_ids"] == tok.encode(tok.ANSWER)
+    assert item["tokens"] == [row]  # the trainer pulls the same rows as the export writes

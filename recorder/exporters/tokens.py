@@ -131,13 +131,19 @@ class Exporter:
 
     def write_session(self, data: SessionData) -> None:
         for thread, kept in threads(data, self.options, self.tally):
-            rows = token_rows(kept, self.tally, _tag(data, "weight_version"))
-            for segment, row in enumerate(rows):
-                self.lines.write(line(data, thread, segment, row))
+            for found in thread_lines(data, thread, kept, self.tally):
+                self.lines.write(found)
                 self.tally.exported += 1
 
     def close(self) -> None:
         pass
+
+
+def thread_lines(data: SessionData, thread: ThreadInfo, kept: list[Exchange], tally: Tally
+                 ) -> list[dict[str, Any]]:
+    """A thread's lines: one per segment (the export's, and serve's trajectory endpoint's)."""
+    rows = token_rows(kept, tally, _tag(data, "weight_version"))
+    return [line(data, thread, segment, row) for segment, row in enumerate(rows)]
 
 
 def line(data: SessionData, thread: ThreadInfo, segment: int, row: Row) -> dict[str, Any]:

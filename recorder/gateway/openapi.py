@@ -100,7 +100,10 @@ def document() -> dict[str, Any]:
                 ],
                 "responses": {"200": _json(_obj({"items": {"type": "array"},
                                                  "cursor": {"type": "integer"}}),
-                                           "a page; pass `cursor` as `after` next"),
+                                           "a page; pass `cursor` as `after` next; each "
+                                           "item has its `trajectories` and, for calls "
+                                           "an engine answered with its token ids, the "
+                                           "`tokens` rows of `export --format tokens`"),
                               **_errors(400, 401)},
             }},
         },

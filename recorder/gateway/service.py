@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_record.errors import StoreError
+from forge_record.exporters import tokens
 from forge_record.exporters.base import Options, Tally
 from forge_record.exporters.trajectories import trajectory
 from forge_record.exporters.units import load_session, threads
@@ -291,12 +292,17 @@ class Gateway:
     def _trajectory_item(self, row: dict[str, Any]) -> dict[str, Any]:
         sid = row["session_id"]
         data = load_session(self.store, sid)
-        lines = []
+        lines, token_lines = [], []
         if row["status"] == rows.DONE:  # discarded: an infrastructure failure, not data
-            lines = [trajectory(data, t, kept) for t, kept in threads(data, Options(), Tally())]
+            tally = Tally()
+            for thread, kept in threads(data, Options(), tally):
+                lines.append(trajectory(data, thread, kept))
+                # the engine's own ids, as `export --format tokens` writes them
+                token_lines += tokens.thread_lines(data, thread, kept, tally)
         return {"cursor": row["finish_seq"], "session_id": sid, "harness": data.session.harness,
                 "metadata": row["meta"], "tags": data.session.tags, "reward": data.reward,
-                "label": data.label, **_finished(row), "trajectories": lines}
+                "label": data.label, **_finished(row), "trajectories": lines,
+                "tokens": token_lines}
 
     def _row(self, sid: str) -> dict[str, Any]:
         with self.store.reading("read session") as conn:
