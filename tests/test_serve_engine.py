@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import io
 
+import anthropic
 import openai
 import orjson
 import pytest
+from engine_mock import scripted_engine
 from serve_gateway import Served
 
 from forge_record.exporters import export
@@ -53,3 +55,50 @@ def test_serve_detects_the_engine_and_records_its_tokens(tmp_path):
     assert row["weight_versions"] == ["w-3"]  # no header, no engine's own: the session's
     assert row["response_ids"] == tok.encode(tok.ANSWER)
     assert item["tokens"] == [row]  # the trainer pulls the same rows as the export writes
+
+
+BASH = {"name": "Bash", "description": "Run a command",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
+SCRIPT = [{"text": "Let me look.", "tool_calls": [{"name": "Bash",
+                                                   "arguments": {"command": "ls"}}]},
+          {"text": "There is a README."}]
+ASK = [{"role": "user", "content": "What is here?"}]
+
+
+def test_serve_bridges_a_claude_code_session_to_the_engine(tmp_path):
+    """An Anthropic Messages rollout through `serve --engine vllm`: each call is translated
+    for the engine and back, recorded twice, and the trainer pulls one merged token row."""
+    db = f"sqlite:///{tmp_path / 'gw.db'}"
+    with scripted_engine(SCRIPT) as engine:
+        gw = Served(tmp_path / "gw", db, [engine.url], extra=("--engine", "vllm"))
+        try:
+            s = gw.client.create_session("claude-code")
+            sdk = anthropic.Anthropic(api_key=s["token"], max_retries=0,
+                                      base_url=s["env"]["ANTHROPIC_BASE_URL"])
+            first = sdk.messages.create(model="claude-sonnet-4-5", max_tokens=200,
+                                        messages=ASK, tools=[BASH])
+            [call] = [b for b in first.content if b.type == "tool_use"]
+            history = [*ASK, {"role": "assistant",
+                              "content": [b.model_dump() for b in first.content]},
+                       {"role": "user", "content": [{"type": "tool_result",
+                                                     "tool_use_id": call.id,
+                                                     "content": "README.md"}]}]
+            second = sdk.messages.create(model="claude-sonnet-4-5", max_tokens=200,
+                                         messages=history, tools=[BASH])
+            assert second.content[0].text == "There is a README."
+            gw.client.finish(s["id"], "done", 0)
+            [item] = gw.client.trajectories()["items"]
+        finally:
+            assert gw.stop() == 0, "".join(gw.log)
+    asked = [r.json() for r in engine.requests if r.path == "/v1/chat/completions"]
+    assert [a["model"] for a in asked] == ["mock-engine"] * 2  # the engine's, not Claude's
+    assert all(a["return_token_ids"] is True for a in asked)
+    with open_store(db) as store:
+        records = list(store.iter_exchanges(s["id"]))
+    agents = [r for r in records if r.kind == "model"]
+    assert len(records) == 4 and len(agents) == 2
+    assert all("bridged" in r.flags and r.response.tokens.ids for r in agents)
+    [row] = item["tokens"]  # the second call's prompt extends the first: one row
+    assert row["seqs"] == [r.seq for r in agents]
+    assert len(row["response_ids"]) == len(row["response_mask"]) == len(
+        row["rollout_log_probs"])
