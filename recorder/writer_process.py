@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import IO
 
 from forge_record.errors import ForgeRecordError, StoreError
+from forge_record.lineage.tally import Tally
 from forge_record.records import Exchange, Session
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item
 from forge_record.store.sink import Counted, Counters, Sink
@@ -108,6 +109,8 @@ class WriterProcess(Counted):
         self.counters = Counters()
         self.sent = 0  # items wholly in a pipe: from here on a dead recorder does not lose them
         self.restarts = 0
+        # per session, the usage the child folded as it wrote (lineage.tally), at close
+        self.usage: dict[str, dict] = {}
         self._lock = threading.Lock()  # submitters, the sender and the reader share the state
         self._inflight: deque[bytes] = deque()  # frames (partly) in the pipe, not acknowledged
         self._written_of_last = 0  # bytes of _inflight[-1] in the pipe so far
@@ -356,7 +359,9 @@ class WriterProcess(Counted):
                 self._acknowledge(proc, int(line.split()[1]))
             elif line.startswith("{"):
                 try:
-                    self._child_counters = Counters.from_dict(json.loads(line))
+                    answer = json.loads(line)
+                    self._child_counters = Counters.from_dict(answer)
+                    self.usage.update(answer.get("usage") or {})
                 except (ValueError, TypeError):
                     log.error("forge-record: the store writer's counters are unreadable")
         if self._child_counters is None and proc is self._proc:
@@ -557,9 +562,11 @@ def main(argv: list[str] | None = None) -> int:
     _step_back()
     out = sys.stdout
     say = functools.partial(_say, out, threading.Lock())
+    tally = Tally()  # each session's usage, handed back with the counters (run's closing line)
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies,
-                              on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait)
+                              on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait,
+                              tally=tally)
     except (ForgeRecordError, OSError) as e:
         say(f"error: {e}")
         return 1
@@ -571,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 writer.submit(item)
     writer.close()
-    say(json.dumps(writer.counters.to_dict()))
+    say(json.dumps({**writer.counters.to_dict(), "usage": tally.figures()}))
     return 0
 
 
@@ -609,13 +616,28 @@ def _preparer(redact_bodies: bool,
 
 
 def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None],
-                 chain_wait: float | None = None):
+                 chain_wait: float | None = None, tally: Tally | None = None):
     from forge_record.store import Writer
     from forge_record.store.responses import StoredResponses
 
     lookup = None if chain_wait is None else StoredResponses(url, chain_wait)
-    return Writer.open(url, prepare=_preparer(redact_bodies, lookup), on_durable=on_durable,
+    prepare = _preparer(redact_bodies, lookup)
+    if tally is not None:
+        prepare = _tallied(prepare, tally)
+    return Writer.open(url, prepare=prepare, on_durable=on_durable,
                        max_bytes=CHILD_QUEUE_BYTES)
+
+
+def _tallied(prepare: Callable[[str, Exchange], Exchange], tally: Tally
+             ) -> Callable[[str, Exchange], Exchange]:
+    """`prepare`, which also folds each record it makes into the session's usage: the fold
+    that `run`'s closing line would otherwise do by reading the whole session back."""
+    def prepared(sid: str, exchange: Exchange) -> Exchange:
+        record = prepare(sid, exchange)
+        tally.add(sid, record)
+        return record
+
+    return prepared
 
 
 def _say(out: IO[str], lock: threading.Lock, line: str) -> None:
