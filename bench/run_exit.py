@@ -9,7 +9,8 @@ makes CALLS streamed Messages calls to bench/mock_server.py, with contexts growi
 agent writes the CLOCK_MONOTONIC time it exits at; run's exit is taken when its process
 ends. The time between is split into:
   drain    the agent's exit to the writer process closed (proxy stopped, the end sent, the
-           writer's queue written and its counters back: WriterProcess.close)
+           writer's queue written and its counters back: WriterProcess.close); of it, the
+           time to the proxy stopped is shown apart
   summary  the closing line (run._print_summary: today's store read-back, or not)
   rest     the interpreter's exit
 `--base DIR` runs the same against another revision (DIR: a `forge_record` package laid out
@@ -69,6 +70,7 @@ def wrapped(argv: list[str]) -> None:
     """`forge-record ARGV`, with the writer's close and the closing line timed into the
     file $RUN_EXIT_TIMES (monotonic start and end of each)."""
     from forge_record import cli, writer_process
+    from forge_record.addons import proxy
     from forge_record.commands import run
 
     times: dict[str, list[float]] = {}
@@ -83,6 +85,7 @@ def wrapped(argv: list[str]) -> None:
                 Path(os.environ["RUN_EXIT_TIMES"]).write_text(json.dumps(times))
         return inner
 
+    proxy.InProcessProxy.stop = timed("stop", proxy.InProcessProxy.stop)
     writer_process.WriterProcess.close = timed("close", writer_process.WriterProcess.close)
     run._print_summary = timed("summary", run._print_summary)
     sys.argv = ["forge-record", *argv]
@@ -109,7 +112,7 @@ def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None) -> dict:
         t = json.loads(times.read_text())
         closing = [line for line in done.stderr.splitlines() if " model call" in line]
         return {"agent_s": agent - started, "exit_s": ended - agent,
-                "drain_s": t["close"][1] - agent, "summary_s": t["summary"][1] - t["summary"][0],
+                "drain_s": t["close"][1] - agent, "stop_s": t["stop"][1] - agent, "summary_s": t["summary"][1] - t["summary"][0],
                 "rest_s": ended - t["summary"][1], "closing": closing[-1] if closing else ""}
 
 
@@ -138,7 +141,8 @@ def main() -> None:
                 r = measure(args.calls, args.kb, mock_url, path)
                 results[name].append(r)
                 print(f"{name}: agent {r['agent_s']:.1f} s; run exits {r['exit_s']:.2f} s after "
-                      f"it: drain {r['drain_s']:.2f}, summary {r['summary_s']:.2f}, rest "
+                      f"it: drain {r['drain_s']:.2f} (proxy stopped after {r['stop_s']:.2f}), "
+                      f"summary {r['summary_s']:.2f}, rest "
                       f"{r['rest_s']:.2f}\n  {r['closing']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
