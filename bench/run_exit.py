@@ -112,7 +112,8 @@ def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None) -> dict:
         t = json.loads(times.read_text())
         closing = [line for line in done.stderr.splitlines() if " model call" in line]
         return {"agent_s": agent - started, "exit_s": ended - agent,
-                "drain_s": t["close"][1] - agent, "stop_s": t["stop"][1] - agent, "summary_s": t["summary"][1] - t["summary"][0],
+                "drain_s": t["close"][1] - agent, "stop_s": t["stop"][1] - agent,
+                "summary_s": t["summary"][1] - t["summary"][0],
                 "rest_s": ended - t["summary"][1], "closing": closing[-1] if closing else ""}
 
 
