@@ -11,13 +11,15 @@ the pipe are read, written and committed by this process after its parent is gon
 the end of its input and closes the writer, which writes everything it has).
 
 The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodies]
-[--chain-wait S] [-v]` (`--chain-wait`: look a previous Responses answer up in the store,
-waiting at most S seconds for another writer to store it; `serve` sets it, store.responses):
+[--chain-wait S] [--tally] [-v]` (`--chain-wait`: look a previous Responses answer up in the
+store, waiting at most S seconds for another writer to store it; `serve` sets it,
+store.responses; `--tally`: fold each session's usage as it writes, lineage.tally; `run` sets it):
 - its stdin carries items, each a 4-byte big-endian length and a pickle of a store Item;
 - on stdout it says `ready FINGERPRINT` once the store is open (or `error: MESSAGE` and
   exits 1); then `ack N` each time the first N items it was sent are taken care of
   (committed, spooled or logged as failed: store.Writer's `durable`); and after its input
-  ends, one JSON line of the writer's counters (store.sink.Counters);
+  ends, one JSON line of the writer's counters (store.sink.Counters), with --tally also
+  "usage": {session id: lineage.tally's figures};
 - its stderr is the recorder's: its warnings reach the same terminal;
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
   reach it; it ends when its input does;
@@ -101,9 +103,13 @@ class WriterProcess(Counted):
     in the pipe when submit_exchange returns, and a thread is woken only when it must be."""
 
     def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0,
-                 memory_budget: int = MEMORY_BUDGET, chain_wait: float | None = None) -> None:
+                 memory_budget: int = MEMORY_BUDGET, chain_wait: float | None = None,
+                 tally: bool = False) -> None:
+        """`tally`: the child folds each session's usage as it writes and hands it back at
+        close (`usage`), for a recorder of one session (`run`); a gateway's sessions are
+        many and long, and their folds would grow without end."""
         self._argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose,
-                                   chain_wait=chain_wait)
+                                   chain_wait=chain_wait, tally=tally)
         self._redact_bodies = redact_bodies
         self._budget = memory_budget
         self.counters = Counters()
@@ -488,9 +494,10 @@ def _enlarge_pipe(fd: int) -> None:
 
 
 def child_command(url: str, *, redact_bodies: bool, verbose: int,
-                  chain_wait: float | None = None) -> list[str]:
+                  chain_wait: float | None = None, tally: bool = False) -> list[str]:
     argv = [sys.executable, "-m", "forge_record.writer_process", url]
     argv += [] if redact_bodies else ["--no-redact-bodies"]
+    argv += ["--tally"] if tally else []
     argv += [] if chain_wait is None else ["--chain-wait", str(chain_wait)]
     return argv + ["-v"] * verbose
 
@@ -554,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("url")
     ap.add_argument("--no-redact-bodies", action="store_true")
     ap.add_argument("--chain-wait", type=float)
+    ap.add_argument("--tally", action="store_true")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
     from forge_record.logs import setup_logging
@@ -562,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     _step_back()
     out = sys.stdout
     say = functools.partial(_say, out, threading.Lock())
-    tally = Tally()  # each session's usage, handed back with the counters (run's closing line)
+    tally = Tally() if args.tally else None  # each session's usage (run's closing line)
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies,
                               on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait,
@@ -578,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 writer.submit(item)
     writer.close()
-    say(json.dumps({**writer.counters.to_dict(), "usage": tally.figures()}))
+    usage = {} if tally is None else {"usage": tally.figures()}
+    say(json.dumps({**writer.counters.to_dict(), **usage}))
     return 0
 
 

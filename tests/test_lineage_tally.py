@@ -13,7 +13,7 @@ from forge_record.commands import run as run_command
 from forge_record.lineage import session_usage
 from forge_record.lineage.tally import WINDOW, Tally
 from forge_record.outcome import Failures
-from forge_record.records import Usage
+from forge_record.records import Session, Usage
 
 
 def answered(exchanges):
@@ -82,3 +82,25 @@ def test_the_closing_line_reads_the_folded_figures_when_they_cover_the_session(t
     writer = SimpleNamespace(spool_left=0, dropped=0, failed=0, usage=fake)
     run_command._print_summary(url, "a" * 16, writer, Failures())
     assert capsys.readouterr().err == lines[0]
+
+
+def test_the_writer_process_hands_back_the_usage_it_folded(tmp_path, monkeypatch):
+    from forge_record.writer_process import WriterProcess
+
+    monkeypatch.setenv("FORGE_RECORD_HOME", str(tmp_path / "home"))
+    exchanges = answered(busy_session())
+    url = f"sqlite:///{tmp_path / 'traces.db'}"
+    writers = {}
+    for tally in (True, False):
+        writer = writers[tally] = WriterProcess(url, tally=tally)
+        writer.ready()
+        sid = ("t" if tally else "f") * 16
+        writer.submit_session(Session(id=sid, harness="claude-code", started_at=time.time()))
+        for ex in copy.deepcopy(exchanges):
+            writer.submit_exchange(sid, ex)
+        writer.submit_end(sid, time.time(), 0)
+        writer.close()
+    figures = writers[True].usage["t" * 16]
+    assert figures["usage"] == session_usage(exchanges, "claude-code")
+    assert figures["exchanges"] == len(exchanges)
+    assert writers[False].usage == {}  # serve's writer folds nothing

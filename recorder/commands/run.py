@@ -176,7 +176,8 @@ def record(
 
     # The store is opened, and exchanges are folded, redacted and written, in a process of
     # its own (forge_record.writer_process), while this one starts the proxy.
-    writer = WriterProcess(url, redact_bodies=redactor is not None, verbose=verbose)
+    writer = WriterProcess(url, redact_bodies=redactor is not None, verbose=verbose,
+                           tally=True)
     failures = Failures()
     session = Session(
         id=secrets.token_hex(8),
