@@ -11,13 +11,15 @@ the pipe are read, written and committed by this process after its parent is gon
 the end of its input and closes the writer, which writes everything it has).
 
 The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodies]
-[--chain-wait S] [-v]` (`--chain-wait`: look a previous Responses answer up in the store,
-waiting at most S seconds for another writer to store it; `serve` sets it, store.responses):
+[--chain-wait S] [--tally] [-v]` (`--chain-wait`: look a previous Responses answer up in the
+store, waiting at most S seconds for another writer to store it; `serve` sets it,
+store.responses; `--tally`: fold each session's usage as it writes, lineage.tally; `run` sets it):
 - its stdin carries items, each a 4-byte big-endian length and a pickle of a store Item;
 - on stdout it says `ready FINGERPRINT` once the store is open (or `error: MESSAGE` and
   exits 1); then `ack N` each time the first N items it was sent are taken care of
   (committed, spooled or logged as failed: store.Writer's `durable`); and after its input
-  ends, one JSON line of the writer's counters (store.sink.Counters);
+  ends, one JSON line of the writer's counters (store.sink.Counters), with --tally also
+  "usage": {session id: lineage.tally's figures};
 - its stderr is the recorder's: its warnings reach the same terminal;
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
   reach it; it ends when its input does;
@@ -60,6 +62,7 @@ from pathlib import Path
 from typing import IO
 
 from forge_record.errors import ForgeRecordError, StoreError
+from forge_record.lineage.tally import Tally
 from forge_record.records import Exchange, Session
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item
 from forge_record.store.sink import Counted, Counters, Sink
@@ -100,14 +103,20 @@ class WriterProcess(Counted):
     in the pipe when submit_exchange returns, and a thread is woken only when it must be."""
 
     def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0,
-                 memory_budget: int = MEMORY_BUDGET, chain_wait: float | None = None) -> None:
+                 memory_budget: int = MEMORY_BUDGET, chain_wait: float | None = None,
+                 tally: bool = False) -> None:
+        """`tally`: the child folds each session's usage as it writes and hands it back at
+        close (`usage`), for a recorder of one session (`run`); a gateway's sessions are
+        many and long, and their folds would grow without end."""
         self._argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose,
-                                   chain_wait=chain_wait)
+                                   chain_wait=chain_wait, tally=tally)
         self._redact_bodies = redact_bodies
         self._budget = memory_budget
         self.counters = Counters()
         self.sent = 0  # items wholly in a pipe: from here on a dead recorder does not lose them
         self.restarts = 0
+        # per session, the usage the child folded as it wrote (lineage.tally), at close
+        self.usage: dict[str, dict] = {}
         self._lock = threading.Lock()  # submitters, the sender and the reader share the state
         self._inflight: deque[bytes] = deque()  # frames (partly) in the pipe, not acknowledged
         self._written_of_last = 0  # bytes of _inflight[-1] in the pipe so far
@@ -356,7 +365,9 @@ class WriterProcess(Counted):
                 self._acknowledge(proc, int(line.split()[1]))
             elif line.startswith("{"):
                 try:
-                    self._child_counters = Counters.from_dict(json.loads(line))
+                    answer = json.loads(line)
+                    self._child_counters = Counters.from_dict(answer)
+                    self.usage.update(answer.get("usage") or {})
                 except (ValueError, TypeError):
                     log.error("forge-record: the store writer's counters are unreadable")
         if self._child_counters is None and proc is self._proc:
@@ -483,9 +494,10 @@ def _enlarge_pipe(fd: int) -> None:
 
 
 def child_command(url: str, *, redact_bodies: bool, verbose: int,
-                  chain_wait: float | None = None) -> list[str]:
+                  chain_wait: float | None = None, tally: bool = False) -> list[str]:
     argv = [sys.executable, "-m", "forge_record.writer_process", url]
     argv += [] if redact_bodies else ["--no-redact-bodies"]
+    argv += ["--tally"] if tally else []
     argv += [] if chain_wait is None else ["--chain-wait", str(chain_wait)]
     return argv + ["-v"] * verbose
 
@@ -549,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("url")
     ap.add_argument("--no-redact-bodies", action="store_true")
     ap.add_argument("--chain-wait", type=float)
+    ap.add_argument("--tally", action="store_true")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
     from forge_record.logs import setup_logging
@@ -557,9 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     _step_back()
     out = sys.stdout
     say = functools.partial(_say, out, threading.Lock())
+    tally = Tally() if args.tally else None  # each session's usage (run's closing line)
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies,
-                              on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait)
+                              on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait,
+                              tally=tally)
     except (ForgeRecordError, OSError) as e:
         say(f"error: {e}")
         return 1
@@ -571,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 writer.submit(item)
     writer.close()
-    say(json.dumps(writer.counters.to_dict()))
+    usage = {} if tally is None else {"usage": tally.figures()}
+    say(json.dumps({**writer.counters.to_dict(), **usage}))
     return 0
 
 
@@ -609,13 +625,28 @@ def _preparer(redact_bodies: bool,
 
 
 def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None],
-                 chain_wait: float | None = None):
+                 chain_wait: float | None = None, tally: Tally | None = None):
     from forge_record.store import Writer
     from forge_record.store.responses import StoredResponses
 
     lookup = None if chain_wait is None else StoredResponses(url, chain_wait)
-    return Writer.open(url, prepare=_preparer(redact_bodies, lookup), on_durable=on_durable,
+    prepare = _preparer(redact_bodies, lookup)
+    if tally is not None:
+        prepare = _tallied(prepare, tally)
+    return Writer.open(url, prepare=prepare, on_durable=on_durable,
                        max_bytes=CHILD_QUEUE_BYTES)
+
+
+def _tallied(prepare: Callable[[str, Exchange], Exchange], tally: Tally
+             ) -> Callable[[str, Exchange], Exchange]:
+    """`prepare`, which also folds each record it makes into the session's usage: the fold
+    that `run`'s closing line would otherwise do by reading the whole session back."""
+    def prepared(sid: str, exchange: Exchange) -> Exchange:
+        record = prepare(sid, exchange)
+        tally.add(sid, record)
+        return record
+
+    return prepared
 
 
 def _say(out: IO[str], lock: threading.Lock, line: str) -> None:
@@ -627,5 +658,19 @@ def _say(out: IO[str], lock: threading.Lock, line: str) -> None:
         pass  # the recorder is gone; what it sent is written all the same
 
 
+def _exit(code: int) -> None:
+    """End at once: everything is committed and the counters said, and the recorder waits
+    for this process's end. An interpreter's ordinary teardown (every module's objects,
+    SQLAlchemy's among them) at this process's low priority took 0.4 to 1.2 s on a busy
+    machine, all of it added to `run`'s exit (bench/run_exit.py)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

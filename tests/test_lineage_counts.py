@@ -43,7 +43,7 @@ def test_run_sessions_show_and_view_count_alike(tmp_path, capsys):
     [listed] = orjson.loads(forge("sessions", "--json", "--store", url))
     with open_store(url) as st:
         view = build_view(st.get_session("a" * 16), list(st.iter_exchanges("a" * 16)))
-    writer = SimpleNamespace(spool_left=0, dropped=0, failed=0)
+    writer = SimpleNamespace(spool_left=0, dropped=0, failed=0, usage={})  # read back
     run_command._print_summary(url, "a" * 16, writer, Failures())
     closing = capsys.readouterr().err
     # 4 conversation calls + 1 retry (the failed attempt is the first), a title and count_tokens

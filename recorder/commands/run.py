@@ -176,7 +176,8 @@ def record(
 
     # The store is opened, and exchanges are folded, redacted and written, in a process of
     # its own (forge_record.writer_process), while this one starts the proxy.
-    writer = WriterProcess(url, redact_bodies=redactor is not None, verbose=verbose)
+    writer = WriterProcess(url, redact_bodies=redactor is not None, verbose=verbose,
+                           tally=True)
     failures = Failures()
     session = Session(
         id=secrets.token_hex(8),
@@ -245,8 +246,8 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
         try:
             s = store.session_summary(session_id)
             # the counts `sessions` and `show` print (forge_record.lineage.usage)
-            exchanges = list(store.iter_exchanges(session_id))
-            s = counted(s, session_usage(exchanges, s["harness"]))
+            usage, flags = _usage(store, s, writer.usage.get(session_id))
+            s = counted(s, usage)
         finally:
             store.close()
     except StoreError as e:  # the agent's exit code still wins
@@ -265,10 +266,24 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
     if lost:
         parts.append(f"{lost} exchanges NOT stored (see warnings)")
     click.echo("forge-record: " + " · ".join(parts), err=True)
-    _warn_tokens(exchanges)
+    _warn_tokens(flags)
 
 
-def _warn_tokens(exchanges) -> None:
+def _usage(store, summary: dict, folded: dict | None) -> tuple[dict, dict[str, int]]:
+    """The session's usage and its count of exchanges per flag: as the writer process folded
+    them while it wrote (lineage.tally), when it folded every exchange the store holds; else
+    by reading the session back, which on a long session takes seconds."""
+    if folded is not None and folded["exchanges"] == summary["calls"] + summary["side_calls"]:
+        return folded["usage"], folded["flags"]
+    exchanges = list(store.iter_exchanges(summary["id"]))
+    flags: dict[str, int] = {}
+    for e in exchanges:
+        for flag in e.flags:
+            flags[flag] = flags.get(flag, 0) + 1
+    return session_usage(exchanges, summary["harness"]), flags
+
+
+def _warn_tokens(flags: dict[str, int]) -> None:
     """Once per session: calls an engine answered without the token ids it was asked for
     (an engine that ignores `return_token_ids`), or with tokens that disagree."""
     from forge_record.tokens_check import TOKENS_MISMATCH, TOKENS_MISSING
@@ -276,7 +291,7 @@ def _warn_tokens(exchanges) -> None:
     for flag, what in ((TOKENS_MISSING, "without the token ids asked for (an engine that "
                         "ignores return_token_ids?); recorded at message level only"),
                        (TOKENS_MISMATCH, "with token ids and logprobs that disagree")):
-        if n := sum(flag in e.flags for e in exchanges):
+        if n := flags.get(flag, 0):
             click.echo(click.style(f"forge-record: warning: {count(n, 'engine call')} "
                                    f"answered {what} [{flag}]", fg="yellow"), err=True)
 

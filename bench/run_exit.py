@@ -1,0 +1,153 @@
+"""How long `forge-record run` takes to exit once its agent has, on a long growing session.
+
+    python bench/run_exit.py [--calls 1000] [--kb 200] [--base DIR] [--json FILE]
+
+`forge-record run --mode reverse --harness generic` (through this script's --wrap, which is
+the console script with two timers added) records an agent (this script's --client) that
+makes CALLS streamed Messages calls to bench/mock_server.py, with contexts growing from
+0.75*KB to 1.25*KB (KB on average), each call's context the previous one plus a turn. The
+agent writes the CLOCK_MONOTONIC time it exits at; run's exit is taken when its process
+ends. The time between is split into:
+  drain    the agent's exit to the writer process closed (proxy stopped, the end sent, the
+           writer's queue written and its counters back: WriterProcess.close); of it, the
+           time to the proxy stopped is shown apart
+  summary  the closing line (run._print_summary: today's store read-back, or not)
+  rest     the interpreter's exit
+`--base DIR` runs the same against another revision (DIR: a `forge_record` package laid out
+as installed, see bench/forge_proc.py), in the same run, rounds interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+MODEL = "bench-20-0-10"  # bench/mock_server.py: a short answer, back to back
+
+
+def client(calls: int, kb: int, stamp: str) -> None:
+    """The agent: CALLS calls with a growing context, then its exit time to `stamp`."""
+    base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
+    rng = random.Random(0)
+    words = [f"w{rng.randrange(50_000)}" for _ in range(20_000)]
+
+    def text(size: int) -> str:
+        out, n = [], 0
+        while n < size:
+            w = rng.choice(words)
+            out.append(w)
+            n += len(w) + 1
+        return " ".join(out)
+
+    system = text(int(kb * 1024 * 0.75))
+    turn = max(64, int(kb * 1024 * 0.5 / calls) // 2)
+    messages: list[dict] = []
+    for i in range(calls):
+        messages.append({"role": "user", "content": f"step {i}: " + text(turn)})
+        body = json.dumps({"model": MODEL, "max_tokens": 1024, "stream": True,
+                           "system": system, "messages": messages}).encode()
+        req = urllib.request.Request(base + "/v1/messages", body, method="POST", headers={
+            "content-type": "application/json", "x-api-key": "sk-ant-dummy",
+            "anthropic-version": "2023-06-01"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+        messages.append({"role": "assistant", "content": f"done {i}: " + text(turn)})
+    Path(stamp).write_text(str(time.monotonic()))
+
+
+def wrapped(argv: list[str]) -> None:
+    """`forge-record ARGV`, with the writer's close and the closing line timed into the
+    file $RUN_EXIT_TIMES (monotonic start and end of each)."""
+    from forge_record import cli, writer_process
+    from forge_record.addons import proxy
+    from forge_record.commands import run
+
+    times: dict[str, list[float]] = {}
+
+    def timed(name, fn):
+        def inner(*a, **k):
+            start = time.monotonic()
+            try:
+                return fn(*a, **k)
+            finally:
+                times[name] = [start, time.monotonic()]
+                Path(os.environ["RUN_EXIT_TIMES"]).write_text(json.dumps(times))
+        return inner
+
+    proxy.InProcessProxy.stop = timed("stop", proxy.InProcessProxy.stop)
+    writer_process.WriterProcess.close = timed("close", writer_process.WriterProcess.close)
+    run._print_summary = timed("summary", run._print_summary)
+    sys.argv = ["forge-record", *argv]
+    cli.main()
+
+
+def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        stamp, times = Path(tmp, "agent_exit"), Path(tmp, "times.json")
+        env = {**os.environ, "ANTHROPIC_BASE_URL": mock_url, "RUN_EXIT_TIMES": str(times),
+               "FORGE_RECORD_HOME": str(Path(tmp, "home"))}
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+        argv = [sys.executable, __file__, "--wrap", "run", "--store", f"sqlite:///{tmp}/t.db",
+                "--mode", "reverse", "--harness", "generic", "--",
+                sys.executable, __file__, "--client", "--calls", str(calls), "--kb", str(kb),
+                "--stamp", str(stamp)]
+        started = time.monotonic()
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=7200)
+        ended = time.monotonic()
+        if done.returncode != 0 or not stamp.exists():
+            raise SystemExit(f"run failed ({done.returncode}): {done.stderr[-2000:]}")
+        agent = float(stamp.read_text())
+        t = json.loads(times.read_text())
+        closing = [line for line in done.stderr.splitlines() if " model call" in line]
+        return {"agent_s": agent - started, "exit_s": ended - agent,
+                "drain_s": t["close"][1] - agent, "stop_s": t["stop"][1] - agent,
+                "summary_s": t["summary"][1] - t["summary"][0],
+                "rest_s": ended - t["summary"][1], "closing": closing[-1] if closing else ""}
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--wrap"]:
+        return wrapped(sys.argv[2:])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--client", action="store_true")
+    ap.add_argument("--stamp")
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--kb", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--base", help="another revision's forge_record package dir")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.client:
+        return client(args.calls, args.kb, args.stamp)
+    from common import Children, start_mock
+
+    variants = {"this": None, **({"base": args.base} if args.base else {})}
+    results: dict[str, list[dict]] = {name: [] for name in variants}
+    with Children() as children:
+        _, mock_url = start_mock(children)
+        for _ in range(args.rounds):
+            for name, path in variants.items():
+                r = measure(args.calls, args.kb, mock_url, path)
+                results[name].append(r)
+                print(f"{name}: agent {r['agent_s']:.1f} s; run exits {r['exit_s']:.2f} s after "
+                      f"it: drain {r['drain_s']:.2f} (proxy stopped after {r['stop_s']:.2f}), "
+                      f"summary {r['summary_s']:.2f}, rest "
+                      f"{r['rest_s']:.2f}\n  {r['closing']}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
