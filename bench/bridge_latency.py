@@ -1,7 +1,7 @@
 """The dialect bridge's added latency through the proxy: TTFT and per-event gaps of a streamed
 engine answer, bridged from each agent dialect, against the engine path passed through.
 
-    .venv/bin/python bench/bridge_latency.py [--tokens N] [--interval-ms MS] [--rounds R]
+    .venv/bin/python bench/bridge_latency.py [--tokens N] [--interval-ms MS] [--rounds R] [--json F]
 
 The engine is the project's vLLM-faithful mock (forge_record.mock.engine) streaming a text of
 about N tokens, one chunk per token, MS ms apart. Configurations, each a proxy in reverse mode
@@ -94,6 +94,7 @@ def serve(name: str, engine_url: str, tmp: Path) -> None:
         mode = f"reverse:https://{host}"
     proxy = InProcessProxy(addon, mode=mode, confdir=confdir(tmp / name))
     print(f"listening {proxy.start()}", flush=True)
+    sys.stdout = sys.stderr  # nobody reads this pipe past the first line: never fill it
     try:
         sys.stdin.read()
     finally:
@@ -142,6 +143,47 @@ def one_call(port: int, name: str) -> dict:
             "event_p99_ms": percentile(gaps, 99), "reads": len(arrivals), "bytes": size}
 
 
+def writer_cpu(tokens: int, calls: int, tmp: Path) -> dict:
+    """The writer process's work for `calls` bridged Messages calls with engine tokens:
+    finalize + pairs join (writer_process._preparer) + store write (SQLite), CPU seconds
+    (time.process_time) per 1,000 completion tokens recorded. The calls go through one
+    proxy in this process first; only the writer's part is timed."""
+    from forge_record.records import Session
+    from forge_record.store import open_store
+    from forge_record.store.batch import AddSession
+    from forge_record.store.items import AddExchange
+    from forge_record.writer_process import _preparer
+
+    captured: list = []
+    with paced_engine(tokens, 0.0) as engine:
+        host = CALLS["messages"][0]
+        recorder = Recorder(captured.append, upstreams={host: engine.url}, record_any_host=True,
+                            engine="vllm", engine_model=MODEL, top_logprobs=2)
+        proxy = InProcessProxy(recorder, mode=f"reverse:https://{host}",
+                               confdir=confdir(tmp / "writer"))
+        port = proxy.start()
+        try:
+            for _ in range(calls):
+                one_call(port, "messages")
+        finally:
+            proxy.stop()
+    deadline = time.monotonic() + 10
+    while len(captured) < 2 * calls and time.monotonic() < deadline:
+        time.sleep(0.01)  # the engine record and the agent record of each call
+    prepare = _preparer(redact_bodies=False)
+    store = open_store(f"sqlite:///{tmp}/writer.db")
+    session = Session(id="bench-bridge", harness="claude-code", started_at=time.time())
+    store.write([AddSession(session, None, time.time())])
+    t0 = time.process_time()
+    for exchange in captured:
+        store.write([AddExchange(session.id, prepare(session.id, exchange))])
+    cpu = time.process_time() - t0
+    store.close()
+    recorded = calls * 2 * (tokens // 2)  # words and spaces, the end-of-turn token: per call
+    return {"calls": calls, "exchanges": len(captured), "tokens": recorded,
+            "cpu_ms_per_1k_tokens": 1e3 * cpu / recorded * 1e3}
+
+
 FIGURES = ("ttft_ms", "event_p50_ms", "event_p99_ms")
 
 
@@ -185,6 +227,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--interval-ms", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--configs", default=",".join(CALLS))
+    ap.add_argument("--writer-calls", type=int, default=0,
+                    help="instead: the writer CPU per 1,000 tokens over this many bridged calls")
+    ap.add_argument("--json", type=Path, help="write the result here")
     ap.add_argument("--serve", choices=sorted(CALLS), help=argparse.SUPPRESS)  # a child
     ap.add_argument("--engine-url", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", type=Path, help=argparse.SUPPRESS)
@@ -192,8 +237,15 @@ def main(argv: list[str] | None = None) -> dict:
     if args.serve:
         serve(args.serve, args.engine_url, args.tmp)
         return {}
-    result = measure(args.tokens, args.interval_ms, args.rounds, args.configs.split(","))
-    print(machine_markdown(machine_notes()) + "\n\n" + markdown(result))
+    if args.writer_calls:
+        with tempfile.TemporaryDirectory(prefix="fr-bridge-writer-") as tmp:
+            result = writer_cpu(args.tokens, args.writer_calls, Path(tmp))
+        print(machine_markdown(machine_notes()) + "\n\n" + str(result))
+    else:
+        result = measure(args.tokens, args.interval_ms, args.rounds, args.configs.split(","))
+        print(machine_markdown(machine_notes()) + "\n\n" + markdown(result))
+    if args.json:
+        args.json.write_text(orjson.dumps(result).decode())
     return result
 
 
