@@ -143,8 +143,9 @@ def one_call(port: int, name: str) -> dict:
             "event_p99_ms": percentile(gaps, 99), "reads": len(arrivals), "bytes": size}
 
 
-def writer_cpu(tokens: int, calls: int, tmp: Path) -> dict:
-    """The writer process's work for `calls` bridged Messages calls with engine tokens:
+def writer_cpu(tokens: int, calls: int, tmp: Path, name: str = "messages") -> dict:
+    """The writer process's work for `calls` calls of configuration `name` (bridged, or
+    `chat`: the engine path, the baseline) with engine tokens:
     finalize + pairs join (writer_process._preparer) + store write (SQLite), CPU seconds
     (time.process_time) per 1,000 completion tokens recorded. The calls go through one
     proxy in this process first; only the writer's part is timed."""
@@ -156,7 +157,7 @@ def writer_cpu(tokens: int, calls: int, tmp: Path) -> dict:
 
     captured: list = []
     with paced_engine(tokens, 0.0) as engine:
-        host = CALLS["messages"][0]
+        host = CALLS[name][0]
         recorder = Recorder(captured.append, upstreams={host: engine.url}, record_any_host=True,
                             engine="vllm", engine_model=MODEL, top_logprobs=2)
         proxy = InProcessProxy(recorder, mode=f"reverse:https://{host}",
@@ -164,14 +165,15 @@ def writer_cpu(tokens: int, calls: int, tmp: Path) -> dict:
         port = proxy.start()
         try:
             for _ in range(calls):
-                one_call(port, "messages")
+                one_call(port, name)
         finally:
             proxy.stop()
     deadline = time.monotonic() + 10
-    while len(captured) < 2 * calls and time.monotonic() < deadline:
-        time.sleep(0.01)  # the engine record and the agent record of each call
+    expected = calls if name == "chat" else 2 * calls  # bridged: the agent's and the engine's
+    while len(captured) < expected and time.monotonic() < deadline:
+        time.sleep(0.01)
     prepare = _preparer(redact_bodies=False)
-    store = open_store(f"sqlite:///{tmp}/writer.db")
+    store = open_store(f"sqlite:///{tmp}/writer-{name}.db")
     session = Session(id="bench-bridge", harness="claude-code", started_at=time.time())
     store.write([AddSession(session, None, time.time())])
     t0 = time.process_time()
@@ -180,7 +182,7 @@ def writer_cpu(tokens: int, calls: int, tmp: Path) -> dict:
     cpu = time.process_time() - t0
     store.close()
     recorded = calls * 2 * (tokens // 2)  # words and spaces, the end-of-turn token: per call
-    return {"calls": calls, "exchanges": len(captured), "tokens": recorded,
+    return {"config": name, "calls": calls, "exchanges": len(captured), "tokens": recorded,
             "cpu_ms_per_1k_tokens": 1e3 * cpu / recorded * 1e3}
 
 
@@ -239,7 +241,8 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     if args.writer_calls:
         with tempfile.TemporaryDirectory(prefix="fr-bridge-writer-") as tmp:
-            result = writer_cpu(args.tokens, args.writer_calls, Path(tmp))
+            result = {name: writer_cpu(args.tokens, args.writer_calls, Path(tmp), name)
+                      for name in args.configs.split(",") if name != "bare"}
         print(machine_markdown(machine_notes()) + "\n\n" + str(result))
     else:
         result = measure(args.tokens, args.interval_ms, args.rounds, args.configs.split(","))
