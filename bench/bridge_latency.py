@@ -16,6 +16,9 @@ the median over rounds. TTFT: request sent to the first token's text received. P
 gaps between reads that carry text (the engine paces them, so the gap over the interval is
 what the path adds). Ratios are to `chat` and to `bare`. The engine (a thread) and the client
 share this process: the ratios compare like with like, absolute times include that GIL.
+
+`--writer-calls N`: instead, the store writer's CPU per 1,000 tokens recorded for N calls of
+each configuration (`chat` the baseline; a bridged call is two records), see writer_cpu.
 """
 
 from __future__ import annotations
