@@ -67,3 +67,35 @@ def test_scale_bench_measures_every_command_on_a_tiny_store(tmp_path):
     assert len({r["command"] for r in runs}) == 8
     # every command ran (a failed one reports NaN) and its peak memory was read
     assert all(_finite(r["seconds"]) and r["rss_mb"] > 0 for r in runs), runs
+
+
+@pytest.mark.slow
+def test_bridge_latency_bench_streams_every_dialect_through_the_proxy(tmp_path):
+    out = tmp_path / "bridge.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bridge_latency.py"), "--tokens", "30",
+         "--interval-ms", "1", "--rounds", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(out.read_text())["summary"]
+    assert set(summary) == {"chat", "messages", "responses", "gemini", "bare"}
+    for config, row in summary.items():
+        assert all(_finite(row[k]) for k in ("ttft_ms", "event_p50_ms", "event_p99_ms")), row
+        assert row["reads"] > 10, config  # streamed a chunk at a time, not buffered
+    assert "| gemini |" in done.stdout
+
+
+@pytest.mark.slow
+def test_bridge_writer_cpu_bench_counts_every_record(tmp_path):
+    out = tmp_path / "writer.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bridge_latency.py"), "--tokens", "20",
+         "--writer-calls", "2", "--configs", "chat,messages", "--json", str(out)],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["chat"]["exchanges"] == 2 and result["messages"]["exchanges"] == 4
+    assert all(_finite(r["cpu_ms_per_1k_tokens"]) and r["cpu_ms_per_1k_tokens"] > 0
+               for r in result.values())
