@@ -23,6 +23,7 @@ import httpx2
 import orjson
 import psycopg
 import pytest
+from engine_server import vllm_url  # noqa: F401 - registered here once: one vLLM a run
 from hypothesis import strategies as st
 from support import ADMIN_URL, BACKENDS, create_database, empty_postgres, libpq
 

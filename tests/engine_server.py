@@ -16,7 +16,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import require
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".cache" / "engine" / "bin" / "python"
@@ -40,6 +39,8 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def vllm_url(tmp_path_factory):
+    from conftest import require  # conftest registers this fixture: import it late
+
     require(PYTHON.exists() and (MODEL / "config.json").exists(),
             "no engine: run scripts/install-engine (a vLLM venv and its tiny model)")
     port = _free_port()

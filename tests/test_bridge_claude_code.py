@@ -9,7 +9,6 @@ from __future__ import annotations
 import orjson
 import pytest
 from claude_code_cli import claude_env, forge  # noqa: F401 - fixture
-from engine_server import vllm_url  # noqa: F401 - fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock import engine as mock_engine

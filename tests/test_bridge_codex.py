@@ -12,7 +12,6 @@ from pathlib import Path
 import orjson
 import pytest
 from codex_cli import codex_env, forge  # noqa: F401 - fixture
-from engine_server import vllm_url  # noqa: F401 - fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock import engine as mock_engine

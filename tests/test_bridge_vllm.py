@@ -11,7 +11,6 @@ import urllib.request
 import anthropic
 import orjson
 import pytest
-from engine_server import vllm_url  # noqa: F401 - fixture
 from support import Arrivals
 
 from forge_record.addons.proxy import InProcessProxy

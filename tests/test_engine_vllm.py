@@ -12,7 +12,6 @@ import urllib.request
 
 import openai
 import pytest
-from engine_server import vllm_url  # noqa: F401 - fixture
 
 from forge_record.addons.proxy import InProcessProxy
 from forge_record.addons.recorder import Recorder

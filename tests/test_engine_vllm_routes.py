@@ -12,7 +12,6 @@ import openai
 import pytest
 from click.testing import CliRunner
 from engine_mock import arrived, post, recording_proxy
-from engine_server import vllm_url  # noqa: F401 - fixture
 from serve_gateway import Served
 
 from forge_record import engine_probe

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from engine_server import vllm_url  # noqa: F401 - fixture
 from gemini_cli import SETTINGS, gemini_env  # noqa: F401 - fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
