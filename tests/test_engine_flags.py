@@ -52,8 +52,8 @@ def test_weight_version_header_then_engine_then_session():
 def test_run_warns_once_per_session(capsys):
     from forge_record.commands.run import _warn_tokens
 
-    flagged = [Exchange(dialect="openai.chat", flags=[TOKENS_MISSING]) for _ in range(3)]
-    _warn_tokens([*flagged, Exchange(dialect="openai.chat")])
+    # run counts each flag over the session's exchanges (lineage.tally, or read back)
+    _warn_tokens({TOKENS_MISSING: 3, "bridged": 1})
     err = capsys.readouterr().err
     assert err.count("warning") == 1 and "3 engine calls answered without the token ids" in err
 
