@@ -146,6 +146,9 @@ def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, r
             unknown.create_session("claude-code")
         relay.start()
         gw.client.finish(s["id"], "done", 0)
+        # The calls made during the outage wait in the writer's spool, replayed once it sees
+        # the store again (every 2 s); a finish does not wait for that replay (ROLLOUTS.md).
+        wait_for(lambda: len(gw.client.session(s["id"])["calls"]) >= 4, "the spool's replay")
         calls = gw.client.session(s["id"])["calls"]
         # All four, in order. A number may be skipped: an UPDATE that committed as the
         # store went away looks failed to the gateway, which numbers that exchange again.
