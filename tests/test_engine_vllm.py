@@ -7,17 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
-import urllib.request
 
 import openai
 import pytest
+from engine_mock import arrived, post, recording_proxy
 
-from forge_record.addons.proxy import InProcessProxy
-from forge_record.addons.recorder import Recorder
-from forge_record.finalize import finalize
 from forge_record.records import COMPLETE, ToolCall
-from forge_record.trust import confdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
@@ -32,28 +27,8 @@ _PER_CALL = re.compile(rb'"(id|created)":("[^"]*"|\d+)')
 
 @pytest.fixture
 def recorded(vllm_url, tmp_path):  # noqa: F811
-    exchanges: list = []
-    addon = Recorder(exchanges.append, record_any_host=True, engine="vllm", top_logprobs=2)
-    proxy = InProcessProxy(addon, mode=f"reverse:{vllm_url}", confdir=confdir(tmp_path))
-    port = proxy.start()
-    try:
-        yield f"http://127.0.0.1:{port}/v1", exchanges
-    finally:
-        proxy.stop()
-
-
-def arrived(exchanges: list, n: int = 1) -> list:
-    deadline = time.monotonic() + 10
-    while len(exchanges) < n and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return [finalize(e) for e in exchanges]
-
-
-def post(url: str, body: dict) -> bytes:
-    request = urllib.request.Request(url, json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
-        return response.read()
+    with recording_proxy(vllm_url, tmp_path, "vllm", top_logprobs=2) as (url, exchanges):
+        yield f"{url}/v1", exchanges
 
 
 def tokenize(vllm: str, **render) -> list[int]:
