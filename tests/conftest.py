@@ -47,6 +47,14 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """scripts/test runs the suite in several pytest-xdist workers (--dist loadgroup): every
+    test of the real engine goes to one of them, so a run still starts one vLLM."""
+    for item in items:
+        if item.get_closest_marker("engine") or "vllm_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("engine"))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path, monkeypatch):
     """No test touches the user's real data dir or store."""
