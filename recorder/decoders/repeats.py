@@ -57,6 +57,7 @@ class Repeats:
         self._recent: deque[_Parsed] = deque()
         self._remembered, self._max_bytes = remembered, max_bytes
         self._lock = threading.Lock()  # the writer may finalize from more than one thread
+        self.extended = 0  # bodies parsed through a remembered one (tests, benchmarks)
 
     def loads(self, body: bytes, key: str) -> Any:
         """`orjson.loads(body)`, sharing what it can with a remembered body whose `key` (a
@@ -64,7 +65,9 @@ class Repeats:
         if len(body) < REMEMBER_FROM:
             return orjson.loads(body)
         parsed = self._extend(body, key)
-        if parsed is None:
+        if parsed is not None:
+            self.extended += 1
+        else:
             data = orjson.loads(body)
             parsed = _laid_out(body, key, data)
             if parsed is None:
@@ -187,12 +190,14 @@ def _starts_of(body: bytes, lo: int, hi: int, elements: list[Any]) -> tuple[int,
     for element in elements:
         if at >= hi:
             break
-        dump = orjson.dumps(element)
-        after = at + len(dump)
+        try:
+            dump = orjson.dumps(element)
+        except TypeError:  # nested deeper than orjson writes: tokenized below
+            break
         if not body.startswith(dump, at):
             break
         starts.append(at)
-        at = _SPACE.match(body, after, hi).end()
+        at = _SPACE.match(body, at + len(dump), hi).end()
         if at < hi and body[at] != 0x2C:  # `,`
             starts.pop()
             break
