@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from forge_record.shared_ends import common_prefix, common_suffix
+from forge_record.shared_ends import common_ends
 
 REMEMBER_FROM = 16 << 10  # smaller bodies are parsed whole: there is little to save
 REMEMBERED = 4  # bodies, newest kept: a few threads (main, sub-agent, titles) interleave
@@ -91,11 +91,11 @@ class Repeats:
         or None when none fits."""
         with self._lock:
             recent = [p for p in reversed(self._recent) if p.key == key]  # the newest first
-        best, shared = None, 0
+        best, shared, suffix = None, 0, 0
         for old in recent:
-            p = common_prefix(body, old.body)
+            p, s = common_ends(body, old.body)
             if p > shared:
-                best, shared = old, p
+                best, shared, suffix = old, p, s
             if 2 * shared >= len(body):  # the body before in its thread: look no further
                 break
         if best is None:
@@ -106,7 +106,7 @@ class Repeats:
         if k is None:
             return None
         tail = len(best.body) - best.end  # the bytes from the array's `]` on
-        if common_suffix(body, best.body, min(len(body), len(best.body)) - shared) < tail:
+        if suffix < tail:
             return None
         lo, hi = best.starts[k], len(body) - tail
         middle = body[lo:hi]

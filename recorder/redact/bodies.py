@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_record.shared_ends import common_prefix, common_suffix
+from forge_record.shared_ends import common_ends
 
 # (kind, pattern). Each starts with a literal, which keeps one pass over a 80 KB body near a
 # millisecond. Order matters: private key blocks before what could match inside them.
@@ -210,8 +210,7 @@ class Redactor:
         same answer; the more it shares, the less is searched."""
         best, shared = None, 0
         for passed in reversed(list(self._passed)):  # a copy: another thread may append
-            p = common_prefix(data, passed.data)
-            s = common_suffix(data, passed.data, min(len(data), len(passed.data)) - p)
+            p, s = common_ends(data, passed.data)
             if p + s > shared:
                 best, shared = (passed, p, s), p + s
             if 2 * shared >= len(data):  # the newest first: usually its thread's last body
