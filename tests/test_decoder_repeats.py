@@ -142,7 +142,7 @@ def test_a_body_that_changes_earlier_bytes_is_parsed_again():
     first = _body(_msgs(20))
     changed = _body([{"role": "user", "content": "rewritten"}, *_msgs(20)[1:], *_msgs(3)])
     repeats = _same_as_full([first, changed], "messages")
-    assert repeats.extended == 1  # through the shared leading bytes: element 0 only
+    assert repeats.extended == 1  # every element parsed again, the tail shared
     compacted = _body(_msgs(2), head='"note":"compacted",')  # differs before the array
     repeats = _same_as_full([first, compacted], "messages")
     assert repeats.extended == 0
@@ -211,15 +211,16 @@ def test_elements_escaping_their_array_are_not_taken_for_its_elements():
         assert repeats.loads(body, "messages") == orjson.loads(body)
 
 
-def test_a_key_written_twice_or_escaped_is_not_remembered():
+def test_a_key_written_twice_or_escaped_is_not_extended():
     twice = f'{{"messages":[1],"messages":[2,3],"pad":"{PAD}"}}'.encode()
     escaped = f'{{"m\\u0065ssages":[1],"messages":[2,3],"pad":"{PAD}"}}'.encode()
     for body in (twice, escaped):
         repeats = Repeats()
         repeats.loads(body, "messages")
-        assert len(repeats) == 0
-        assert repeats.loads(body.replace(b"3]", b"3,4]"), "messages") == orjson.loads(
-            body.replace(b"3]", b"3,4]"))
+        grown = body.replace(b"3]", b"3,4]")
+        assert repeats.loads(grown, "messages") == orjson.loads(grown)
+        assert repeats.extended == 0
+        assert len(repeats) == 1  # the grown body; the first one, once tried, is dropped
 
 
 def test_nesting_as_deep_as_orjson_allows_and_one_deeper():
@@ -270,3 +271,15 @@ def test_finalize_redacts_and_parses_as_the_full_path(monkeypatch):
     assert [e.raw_request for e in fast] == [e.raw_request for e in full]
     assert [e.request for e in fast] == [e.request for e in full]
     assert b"[REDACTED:anthropic_key:" in fast[-13].raw_request
+
+
+def test_bodies_that_extend_none_are_never_laid_out(monkeypatch):
+    from forge_record.decoders import repeats as module
+
+    laid = []
+    monkeypatch.setattr(module, "_laid_out", lambda *a: laid.append(a) or None)
+    repeats = Repeats()
+    for n in range(8):  # each differs from the start: a new head every call
+        body = _body(_msgs(3), head=f'"n":"{n}{"y" * REMEMBER_FROM}",')
+        assert repeats.loads(body, "messages") == orjson.loads(body)
+    assert laid == [] and repeats.extended == 0

@@ -4,10 +4,12 @@ An agent resends its whole conversation on every call: a new request body is the
 it up to the last message or so (a moving `cache_control` marker changes a few bytes there),
 then a few new messages, then the same system prompt, tools and settings. `Repeats` keeps the
 last few big bodies it parsed, with where each element of the growing array (`messages`,
-`input`, `contents`) starts in the bytes. A new body that shares leading bytes with one of
-them up to an element's start, and trailing bytes from that array's closing `]` on, has only
-the elements in between parsed; the others, and every other top-level value, are the objects
-parsed before (so a converter comparing them finds them identical at once).
+`input`, `contents`) starts in the bytes (found the first time a body extends one: a body
+that none extends costs no more than its parse). A new body that shares leading bytes with
+one of them up to an element's start, and trailing bytes from that array's closing `]` on,
+has only the elements in between parsed; the others, and every
+other top-level value, are the objects parsed before (so a converter comparing them finds
+them identical at once).
 
 That is the full parse's answer exactly: JSON's reading of a byte is decided by the bytes
 before it, so the shared leading bytes read as before and leave the parser inside the array,
@@ -48,7 +50,7 @@ class _Parsed:
     body: bytes
     key: str
     data: dict[str, Any]
-    starts: tuple[int, ...]
+    starts: tuple[int, ...] | None  # None: not laid out yet
     end: int  # the offset of the `]` that closes data[key]
 
 
@@ -69,9 +71,10 @@ class Repeats:
             self.extended += 1
         else:
             data = orjson.loads(body)
-            parsed = _laid_out(body, key, data)
-            if parsed is None:
+            if not isinstance(data, dict) or not isinstance(data.get(key), list):
                 return data
+            # laid out only once a body extends it: one that none does costs nothing more
+            parsed = _Parsed(body, key, data, None, -1)
         self._remember(parsed)
         return parsed.data
 
@@ -96,10 +99,16 @@ class Repeats:
             p, s = common_ends(body, old.body)
             if p > shared:
                 best, shared, suffix = old, p, s
-            if 2 * shared >= len(body):  # the body before in its thread: look no further
+            if 2 * (shared + suffix) >= len(body):  # usually the body before in its thread
                 break
         if best is None:
             return None
+        if best.starts is None:
+            if shared <= best.body.find(b'"%s"' % key.encode()):
+                return None  # a head that changes every call: the array is not reached
+            best = self._lay_out(best)
+            if best is None:
+                return None
         # the last element that starts within the shared bytes: it and the rest are parsed
         k = next((i for i in range(len(best.starts) - 1, -1, -1) if best.starts[i] <= shared),
                  None)
@@ -122,6 +131,19 @@ class Repeats:
         data = dict(best.data)  # the same key order; the other values shared
         data[key] = best.data[key][:k] + elements
         return _Parsed(body, key, data, best.starts[:k] + new_starts, hi)
+
+    def _lay_out(self, parsed: _Parsed) -> _Parsed | None:
+        """`parsed` with its elements' starts, in its place among the remembered (dropped
+        from them when they cannot be told)."""
+        laid = _laid_out(parsed.body, parsed.key, parsed.data)
+        with self._lock:
+            at = next((i for i, p in enumerate(self._recent) if p is parsed), None)
+            if at is not None:
+                if laid is None:
+                    del self._recent[at]
+                else:
+                    self._recent[at] = laid
+        return laid
 
     def _remember(self, parsed: _Parsed) -> None:
         if len(parsed.body) > self._max_bytes:
