@@ -277,10 +277,12 @@ def _use(tid: str, name: str, args: dict) -> dict:
 
 
 def calls(n: int = 150, seed: int = 0, system_kb: int = 15, tools_kb: int = 20,
-          harness_seed: int | None = None) -> list[Call]:
+          harness_seed: int | None = None, compact_kb: int | None = None) -> list[Call]:
     """The wire bytes of an n-call session (main chain, one sub-agent run, title calls).
     Sessions with the same `harness_seed` share a harness version and a project (see
-    Session)."""
+    Session). `compact_kb`: once a main-chain request is past this size, the conversation
+    is compacted as Claude Code does it (a new one that starts from a summary), so a long
+    session's contexts stay below it."""
     s = Session(seed, system_kb, tools_kb, harness_seed)
     s.main.messages.append(s.first_user(s.words.sentence()))
     agent_at = range(n // 2, n // 2 + max(1, n // 12))  # the sub-agent's calls
@@ -294,8 +296,17 @@ def calls(n: int = 150, seed: int = 0, system_kb: int = 15, tools_kb: int = 20,
                 s.agent.messages = [s.first_user(s.words.sentence())]
             out.append(_turn(s, s.agent, "agent", tools=1))
         else:
+            if compact_kb and out and out[-1].chain == "main" and len(
+                    out[-1].request) > compact_kb * 1000:
+                s.main.messages = [_summary(s)]
             out.append(_turn(s, s.main, "main", tools=2 if s.rng.random() < 0.15 else 1))
     return out
+
+
+def _summary(s: Session) -> dict:
+    text = ("This session is being continued from a previous conversation that ran out of "
+            f"context. The conversation is summarized below:\n{s.words.prose(6000)}")
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def _turn(s: Session, conv: Conversation, chain: str, tools: int) -> Call:

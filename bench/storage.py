@@ -52,13 +52,14 @@ REDACTOR = Redactor(b"bench-storage-key")
 
 
 def exchanges(calls: int, seed: int, harness: int | None = None,
-              ) -> tuple[list[Exchange], list[str]]:
+              compact_kb: int | None = None) -> tuple[list[Exchange], list[str]]:
     """Captured exchanges (request not parsed yet, as the addon hands them over), and each
     call's chain name. Sessions with the same `harness` seed share a harness version and a
     project (gen_session)."""
     dialect = anthropic_messages.DIALECT
     out, chains = [], []
-    for seq, call in enumerate(gen_session.calls(calls, seed, harness_seed=harness), 1):
+    for seq, call in enumerate(gen_session.calls(calls, seed, harness_seed=harness,
+                                                        compact_kb=compact_kb), 1):
         decoder = dialect.response_decoder("text/event-stream")
         decoder.feed(call.response)
         out.append(Exchange(

@@ -1,18 +1,19 @@
 """The store writer's CPU per call on one growing Claude Code session, this checkout against
 another revision in one run.
 
-    python bench/writer_session.py [--calls 150] [--rounds 3] [--batch 8]
+    python bench/writer_session.py [--calls 150] [--compact-kb KB] [--rounds 3] [--batch 8]
                                   [--base DIR] [--json FILE]
 
 bench/gen_session.py's session (15 KB system prompt, 20 KB of tools, a subagent and title
-calls; request bodies grow from ~50 KB to ~540 KB, ~280 KB on average at 150 calls), as the
-addon hands it over (request not parsed yet). A child process per measurement does to it
-what `forge-record run`'s writer process does (finalize.finalize with a body redactor, then
-Store.write in transactions of --batch exchanges, into a fresh SQLite file) and reports the
-process CPU time per call (time.process_time, which other processes on a busy machine do not
-add to), split into finalize and store. `--base DIR` runs the same child with DIR first on
-sys.path (a `forge_record` package laid out as installed: see bench/forge_proc.py), rounds
-interleaved, so both see the same machine.
+calls; request bodies grow from ~50 KB to ~540 KB, ~280 KB on average at 150 calls; with
+`--calls 1000 --compact-kb 360` the conversation is compacted past 360 KB, ~200 KB on
+average), as the addon hands it over (request not parsed yet). A child process per
+measurement does to it what `forge-record run`'s writer process does (finalize.finalize
+with a body redactor, then Store.write in transactions of --batch exchanges, into a fresh
+SQLite file) and reports the process CPU time per call (time.process_time, which other
+processes on a busy machine do not add to), split into finalize and store. `--base DIR`
+runs the same child with DIR first on sys.path (a `forge_record` package laid out as
+installed: see bench/forge_proc.py), rounds interleaved, so both see the same machine.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def child(calls: int, batch: int) -> None:
+def child(calls: int, batch: int, compact_kb: int | None) -> None:
     sys.path.insert(1, str(HERE))
     import storage  # bench/storage.py: the captured exchanges
 
@@ -39,7 +40,7 @@ def child(calls: int, batch: int) -> None:
     from forge_record.store import open_store
     from forge_record.store.items import AddExchange, AddSession
 
-    sent, _ = storage.exchanges(calls, 0)
+    sent, _ = storage.exchanges(calls, 0, compact_kb=compact_kb)
     with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/w.db") as store:
         store.write([AddSession(Session(id="w", harness="claude-code", started_at=1.76e9))])
         parse = write = 0.0
@@ -55,12 +56,14 @@ def child(calls: int, batch: int) -> None:
                       "kb": sum(len(e.raw_request) for e in sent) / calls / 1e3}))
 
 
-def measure(calls: int, batch: int, base: str | None) -> dict:
+def measure(calls: int, batch: int, compact_kb: int | None, base: str | None) -> dict:
     env = dict(os.environ)
     if base:
         env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, __file__, "--child", "--calls", str(calls),
-                           "--batch", str(batch)], capture_output=True, text=True, env=env,
+                           "--batch", str(batch), *(["--compact-kb", str(compact_kb)]
+                                                    if compact_kb else [])],
+                          capture_output=True, text=True, env=env,
                           timeout=1800, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -68,6 +71,7 @@ def measure(calls: int, batch: int, base: str | None) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=150)
+    p.add_argument("--compact-kb", type=int, help="compact the conversation past this size")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--base", help="a package dir of the revision to compare with")
@@ -75,13 +79,13 @@ def main() -> None:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        child(args.calls, args.batch)
+        child(args.calls, args.batch, args.compact_kb)
         return
     variants = {"this": None, **({"base": args.base} if args.base else {})}
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for _ in range(args.rounds):
         for name, path in variants.items():
-            runs[name].append(measure(args.calls, args.batch, path))
+            runs[name].append(measure(args.calls, args.batch, args.compact_kb, path))
             print(name, json.dumps(runs[name][-1]), flush=True)
     summary = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
                for name, rows in runs.items()}

@@ -20,7 +20,7 @@ nothing just makes a bigger middle.
 
 from __future__ import annotations
 
-from forge_record.shared_ends import common_prefix, common_suffix
+from forge_record.shared_ends import common_ends
 from forge_record.store import compression
 
 RAW_KEYFRAME_EVERY = 32
@@ -39,8 +39,7 @@ def encode(body: bytes, parent: bytes | None, hint: bytes,
         return b""
     if parent is None:
         return b"K" + compression.compress_with(body, hint, level)
-    p = common_prefix(body, parent)
-    s = common_suffix(body, parent, min(len(body), len(parent)) - p)
+    p, s = common_ends(body, parent)
     middle, base = body[p : len(body) - s], parent[p : len(parent) - s]
     return b"D" + varint(p) + varint(s) + compression.compress_with(middle, hint + base, level)
 

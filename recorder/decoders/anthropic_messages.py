@@ -51,6 +51,7 @@ from forge_record.records import (
     ToolResult,
     Usage,
 )
+from forge_record.shared_ends import shared_prefix
 from forge_record.sse import ServerSentEvent, SSEDecoder
 
 _TOOL_CALLS = {"tool_use": False, "server_tool_use": True, "mcp_tool_use": True}  # -> server
@@ -153,10 +154,8 @@ def _messages(raw: list[Any]) -> list[Message]:
     reused: list[Message] = []
     for old_raw, old_messages in reversed(recent):  # the newest first
         if old_raw and raw and old_raw[0] == raw[0]:
-            for new, old, message in zip(raw, old_raw, old_messages, strict=False):
-                if new != old:
-                    break
-                reused.append(message)
+            # identical objects when decoders.repeats shared them: one compare in C
+            reused = old_messages[:shared_prefix(raw, old_raw)]
             break
     messages = reused + [Message(role=m["role"], content=_blocks(m.get("content")))
                          for m in raw[len(reused):]]
@@ -383,7 +382,7 @@ class AnthropicMessages(Dialect):
     routes = {"/v1/messages": "model", "/v1/messages/count_tokens": "side"}
 
     def parse_request(self, body: bytes) -> Request:
-        return decode_object(body, "request body", _parse_request)
+        return decode_object(body, "request body", _parse_request, grows="messages")
 
     def response_decoder(self, content_type: str) -> _StreamDecoder | JsonBodyDecoder:
         if is_event_stream(content_type):

@@ -23,6 +23,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from forge_record.decoders.repeats import REPEATS
 from forge_record.errors import DecodeError
 from forge_record.records import Request, Response
 
@@ -125,10 +126,12 @@ def is_event_stream(content_type: str) -> bool:
     return content_type.partition(";")[0].strip().lower() == "text/event-stream"
 
 
-def load_object(body: bytes, what: str) -> dict[str, Any]:
-    """`body` parsed as a JSON object; `what` ("request body") names it in the DecodeError."""
+def load_object(body: bytes, what: str, grows: str | None = None) -> dict[str, Any]:
+    """`body` parsed as a JSON object; `what` ("request body") names it in the DecodeError.
+    `grows`: the top-level array a conversation extends call after call (`messages`), whose
+    elements a recent body already had are not parsed again (decoders.repeats)."""
     try:
-        data = orjson.loads(body)
+        data = REPEATS.loads(body, grows) if grows else orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise DecodeError(f"{what} is not JSON: {e}") from e
     if not isinstance(data, dict):
@@ -136,10 +139,13 @@ def load_object(body: bytes, what: str) -> dict[str, Any]:
     return data
 
 
-def decode_object[T](body: bytes, what: str, convert: Callable[[dict[str, Any]], T]) -> T:
+def decode_object[T](body: bytes, what: str, convert: Callable[[dict[str, Any]], T],
+                     grows: str | None = None) -> T:
     """`convert` applied to `body` parsed as a JSON object. Bad JSON, another JSON value, or
-    an object `convert` cannot read (one of SHAPE_ERRORS) raise `DecodeError`."""
-    data = load_object(body, what)
+    an object `convert` cannot read (one of SHAPE_ERRORS) raise `DecodeError`. The values
+    `convert` gets may be shared with an earlier call's (see `grows`): it must not change
+    them."""
+    data = load_object(body, what, grows)
     try:
         return convert(data)
     except SHAPE_ERRORS as e:

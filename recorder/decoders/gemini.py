@@ -86,9 +86,10 @@ def _request(raw: dict[str, Any]) -> Request:
 class _Gemini(Dialect):
     wrapped = False
     body_keys = (b'"contents"', b'"request"')
+    grows: str | None = "contents"  # the array a conversation extends (decoders.repeats)
 
     def parse_request(self, body: bytes) -> Request:
-        return decode_object(body, "request body", self._parse)
+        return decode_object(body, "request body", self._parse, grows=self.grows)
 
     def _parse(self, data: dict[str, Any]) -> Request:
         return _request(data)
@@ -119,6 +120,7 @@ class GeminiGenerate(_Gemini):
 class CodeAssist(_Gemini):
     name = "gemini.code_assist"
     wrapped = True
+    grows = None  # `contents` is inside the envelope's `request`
     routes = {_CODE_ASSIST + _TURN: "model", _CODE_ASSIST + _COUNT: "side"}
 
     def _parse(self, data: dict[str, Any]) -> Request:

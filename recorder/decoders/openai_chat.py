@@ -309,7 +309,7 @@ class OpenAIChat(Dialect):
     body_keys = (b'"messages"',)
 
     def parse_request(self, body: bytes) -> Request:
-        return decode_object(body, "request body", parse_chat_request)
+        return decode_object(body, "request body", parse_chat_request, grows="messages")
 
     def response_decoder(self, content_type: str) -> FoldedStream | JsonBodyDecoder:
         if is_event_stream(content_type):

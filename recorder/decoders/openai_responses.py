@@ -85,7 +85,8 @@ class OpenAIResponses(Dialect):
     body_keys = (b'"input"',)
 
     def parse_request(self, body: bytes) -> Request:
-        return decode_object(body, "request body", parse_responses_request)
+        return decode_object(body, "request body", parse_responses_request,
+                             grows="input")
 
     def response_decoder(self, content_type: str) -> _StreamDecoder | JsonBodyDecoder:
         if is_event_stream(content_type):

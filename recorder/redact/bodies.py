@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_record.shared_ends import common_prefix, common_suffix
+from forge_record.shared_ends import common_ends
 
 # (kind, pattern). Each starts with a literal, which keeps one pass over a 80 KB body near a
 # millisecond. Order matters: private key blocks before what could match inside them.
@@ -205,14 +205,16 @@ class Redactor:
         return lowered, keys, names
 
     def _closest(self, data: bytes) -> tuple[_Passed, int, int] | None:
-        """The remembered body sharing the most leading and trailing bytes with `data`, and
-        how many; None unless that is at least half of `data`."""
+        """A remembered body sharing at least half of `data` as leading and trailing bytes
+        (the newest such), and how many; None if there is none. Any such body gives the
+        same answer; the more it shares, the less is searched."""
         best, shared = None, 0
-        for passed in list(self._passed):  # a copy: another thread may append meanwhile
-            p = common_prefix(data, passed.data)
-            s = common_suffix(data, passed.data, min(len(data), len(passed.data)) - p)
+        for passed in reversed(list(self._passed)):  # a copy: another thread may append
+            p, s = common_ends(data, passed.data)
             if p + s > shared:
                 best, shared = (passed, p, s), p + s
+            if 2 * shared >= len(data):  # the newest first: usually its thread's last body
+                break
         return best if 2 * shared >= len(data) else None
 
     def bytes(self, data: bytes) -> bytes:
