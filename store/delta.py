@@ -21,7 +21,7 @@ nothing just makes a bigger middle.
 from __future__ import annotations
 
 from forge_record.shared_ends import common_prefix, common_suffix
-from forge_record.store import compression
+from forge_record.store import compression, strands
 
 RAW_KEYFRAME_EVERY = 32
 # Every frame is zstd's default level. Level 6 made the few-KB middles and responses ~4%
@@ -45,12 +45,27 @@ def encode(body: bytes, parent: bytes | None, hint: bytes,
     return b"D" + varint(p) + varint(s) + compression.compress_with(middle, hint + base, level)
 
 
+def encode_response(body: bytes, hint: bytes) -> bytes:
+    """A raw response: cut into framing and text (store.strands) when that rebuilds it,
+    b"T" mode varint(values) varint(len(skeleton)) zstd(lengths skeleton strand, hint);
+    else a keyframe like any body."""
+    cut = strands.split(body)
+    if cut is None:
+        return encode(body, None, hint, RESPONSE_LEVEL)
+    mode, skeleton, lengths, strand = cut
+    plain = b"".join(map(varint, lengths)) + skeleton + strand
+    return (b"T" + bytes([mode]) + varint(len(lengths)) + varint(len(skeleton))
+            + compression.compress_with(plain, hint, RESPONSE_LEVEL))
+
+
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     if not frame:
         return b""
     kind, rest = frame[:1], frame[1:]
     if kind == b"K":
         return compression.decompress_with(rest, hint)
+    if kind == b"T":
+        return _decode_strands(rest, hint)
     if kind != b"D" or parent is None:
         raise ValueError(f"not a raw body frame, or a delta without its parent: {kind!r}")
     p, at = read_varint(rest, 0)
@@ -58,6 +73,19 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     base = parent[p : len(parent) - s]
     middle = compression.decompress_with(rest[at:], hint + base)
     return parent[:p] + middle + parent[len(parent) - s :]
+
+
+def _decode_strands(rest: bytes, hint: bytes) -> bytes:
+    mode = rest[0]
+    count, at = read_varint(rest, 1)
+    skeleton_length, at = read_varint(rest, at)
+    plain = compression.decompress_with(rest[at:], hint)
+    lengths, at = [], 0
+    for _ in range(count):
+        n, at = read_varint(plain, at)
+        lengths.append(n)
+    skeleton = plain[at:at + skeleton_length]
+    return strands.join(mode, skeleton, lengths, plain[at + skeleton_length:])
 
 
 def varint(n: int) -> bytes:

@@ -1,0 +1,84 @@
+"""A streamed response cut into its framing and its text, so each compresses on its own.
+
+An SSE response repeats the decoded record's text (and tool arguments, thinking, signatures)
+a few characters at a time, each piece inside the same event framing. Compressed as it is,
+every piece costs zstd a match into the answer blob and another into the framing. Cut apart:
+
+- the *skeleton* is the body with every streamed string value emptied (`"text":""`): the same
+  event again and again, which zstd stores as repeats of the previous event;
+- the *strand* is those values one after another: the record's text in one piece, which the
+  answer blob (in the compression prefix) holds almost verbatim;
+- the *lengths* say where the strand is cut.
+
+Which values are streamed text is a list of JSON keys, not a parser per dialect: Anthropic's
+`text`, `thinking`, `partial_json`, `signature`, OpenAI Chat's `content`, `arguments`,
+`refusal`, Responses' `delta`, Gemini's `text`. The strand holds the values unescaped when
+re-escaping them gives back the same bytes (then `partial_json` reads as the tool input's
+JSON), else as they were. `split` checks that `join` rebuilds the body byte for byte and
+returns None otherwise, so an unusual stream is only stored some other way, never changed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+_KEYS = (b"text", b"thinking", b"partial_json", b"signature", b"content", b"arguments",
+         b"refusal", b"delta")
+# A key among _KEYS, its colon, and its string value (escapes consumed, so a quote inside
+# a value never ends it). Nothing is matched inside a value: the scan resumes after it.
+_VALUE = re.compile(rb'"(?:' + b"|".join(_KEYS) + rb')"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
+
+ESCAPED, PLAIN = 0, 1  # how the strand holds the values
+
+
+def split(body: bytes) -> tuple[int, bytes, list[int], bytes] | None:
+    """(mode, skeleton, lengths, strand) that join() turns back into `body`, or None when
+    there is nothing to cut or the cut would not rebuild it."""
+    spans = [m.span(1) for m in _VALUE.finditer(body)]
+    if not spans:
+        return None
+    out, at = [], 0
+    for start, end in spans:
+        out.append(body[at:start])
+        at = end
+    out.append(body[at:])
+    skeleton = b"".join(out)
+    values = [body[start:end] for start, end in spans]
+    for mode in (PLAIN, ESCAPED):
+        pieces = _unescape(values) if mode == PLAIN else values
+        if pieces is None:
+            continue
+        lengths = [len(p) for p in pieces]
+        strand = b"".join(pieces)
+        if join(mode, skeleton, lengths, strand) == body:
+            return mode, skeleton, lengths, strand
+    return None
+
+
+def join(mode: int, skeleton: bytes, lengths: list[int], strand: bytes) -> bytes:
+    """The body split() cut: each value put back where the skeleton has an empty one."""
+    slots = [m.start(1) for m in _VALUE.finditer(skeleton)]
+    if len(slots) != len(lengths):
+        raise ValueError("skeleton and lengths disagree")
+    out, at, taken = [], 0, 0
+    for slot, n in zip(slots, lengths, strict=True):
+        value = strand[taken:taken + n]
+        taken += n
+        out.append(skeleton[at:slot])
+        out.append(_escape(value) if mode == PLAIN else value)
+        at = slot
+    out.append(skeleton[at:])
+    return b"".join(out)
+
+
+def _unescape(values: list[bytes]) -> list[bytes] | None:
+    try:
+        return [orjson.loads(b'"' + v + b'"').encode() for v in values]
+    except (orjson.JSONDecodeError, UnicodeEncodeError):
+        return None  # a lone surrogate split across events, invalid JSON, ...
+
+
+def _escape(value: bytes) -> bytes:
+    return orjson.dumps(value.decode())[1:-1]
