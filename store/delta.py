@@ -45,17 +45,24 @@ def encode(body: bytes, parent: bytes | None, hint: bytes,
     return b"D" + varint(p) + varint(s) + compression.compress_with(middle, hint + base, level)
 
 
-def encode_response(body: bytes, hint: bytes) -> bytes:
+def encode_response(body: bytes, hint: bytes, record: bytes = b"") -> bytes:
     """A raw response: cut into framing and text (store.strands) when that rebuilds it,
-    b"T" mode varint(values) varint(len(skeleton)) zstd(lengths skeleton strand, hint);
-    else a keyframe like any body."""
+    b"T" mode varint(values) varint(len(skeleton)) zstd(lengths skeleton strand,
+    prefix = record + hint), where `record` is the exchange's manifest (the response's id
+    and usage, which the framing repeats); else a keyframe against `hint` like any body."""
     cut = strands.split(body)
     if cut is None:
         return encode(body, None, hint, RESPONSE_LEVEL)
     mode, skeleton, lengths, strand = cut
     plain = b"".join(map(varint, lengths)) + skeleton + strand
     return (b"T" + bytes([mode]) + varint(len(lengths)) + varint(len(skeleton))
-            + compression.compress_with(plain, hint, RESPONSE_LEVEL))
+            + compression.compress_with(plain, record + hint, RESPONSE_LEVEL))
+
+
+def decode_response(frame: bytes, hint: bytes, record: bytes = b"") -> bytes:
+    if frame[:1] == b"T":
+        return _decode_strands(frame[1:], record + hint)
+    return decode(frame, None, hint)
 
 
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
@@ -64,8 +71,6 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     kind, rest = frame[:1], frame[1:]
     if kind == b"K":
         return compression.decompress_with(rest, hint)
-    if kind == b"T":
-        return _decode_strands(rest, hint)
     if kind != b"D" or parent is None:
         raise ValueError(f"not a raw body frame, or a delta without its parent: {kind!r}")
     p, at = read_varint(rest, 0)

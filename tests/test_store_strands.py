@@ -39,7 +39,8 @@ def test_every_recorded_stream_rebuilds(path):
     if cut is not None:
         assert strands.join(*cut) == body
     for hint in (b"", body[: len(body) // 2]):
-        assert delta.decode(delta.encode_response(body, hint), None, hint) == body
+        frame = delta.encode_response(body, hint, b"record")
+        assert delta.decode_response(frame, hint, b"record") == body
 
 
 @pytest.mark.parametrize("dialect", ["anthropic", "openai_chat", "openai_responses", "gemini"])
@@ -54,7 +55,7 @@ def test_unusual_bodies_rebuild(body):
     if cut is not None:
         assert strands.join(*cut) == body
     frame = delta.encode_response(body, b"hint")
-    assert delta.decode(frame, None, b"hint") == body
+    assert delta.decode_response(frame, b"hint") == body
 
 
 def test_values_unescaped_only_when_escaping_gives_them_back():
@@ -74,7 +75,7 @@ def test_the_text_compresses_against_the_answer():
     cut = delta.encode_response(events, answer)
     whole = delta.encode(events, None, answer, delta.RESPONSE_LEVEL)
     assert cut[:1] == b"T" and len(cut) < len(whole) / 2
-    assert delta.decode(cut, None, answer) == events
+    assert delta.decode_response(cut, answer) == events
 
 
 def test_streams_of_every_dialect_rebuild_through_the_store(store):
