@@ -90,3 +90,22 @@ def test_streams_of_every_dialect_rebuild_through_the_store(store):
     assert back == {e.seq: e.raw_response for e in sent}
     for ex in sent:
         assert store.get_exchange("strands", ex.seq, raw=True).raw_response == ex.raw_response
+
+
+def test_responses_stored_before_strands_still_read(store, monkeypatch):
+    """Rows written before this change hold a raw response as a keyframe against the parent
+    response and the answer, without the manifest: they still rebuild."""
+    def before(body, hint, record=b""):
+        return delta.encode(body, None, hint, delta.RESPONSE_LEVEL)
+
+    store.add_session(make_session("before"))
+    sent = [make_exchange(seq, raw_response=p.read_bytes()) for seq, p in enumerate(STREAMS, 1)]
+    with monkeypatch.context() as m:
+        m.setattr(delta, "encode_response", before)
+        for ex in sent[:10]:
+            store.add_exchange("before", ex)
+    for ex in sent[10:]:
+        store.add_exchange("before", ex)
+    back = {e.seq: e.raw_response for e in store.iter_exchanges("before", raw=True)}
+    assert back == {e.seq: e.raw_response for e in sent}
+    assert store.get_exchange("before", 3, raw=True).raw_response == sent[2].raw_response
