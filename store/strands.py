@@ -73,12 +73,20 @@ def join(mode: int, skeleton: bytes, lengths: list[int], strand: bytes) -> bytes
     return b"".join(out)
 
 
+# What JSON must escape in a string. A value without any of these reads as itself, and
+# orjson writes it back as itself (it leaves other characters, non-ASCII included, as they
+# are), so most values skip the round trip through a str; split() checks every value with
+# join() anyway.
+_SPECIAL = re.compile(rb'["\\\x00-\x1f]')
+
+
 def _unescape(values: list[bytes]) -> list[bytes] | None:
     try:
-        return [orjson.loads(b'"' + v + b'"').encode() for v in values]
+        return [orjson.loads(b'"' + v + b'"').encode() if _SPECIAL.search(v) else v
+                for v in values]
     except (orjson.JSONDecodeError, UnicodeEncodeError):
         return None  # a lone surrogate split across events, invalid JSON, ...
 
 
 def _escape(value: bytes) -> bytes:
-    return orjson.dumps(value.decode())[1:-1]
+    return orjson.dumps(value.decode())[1:-1] if _SPECIAL.search(value) else value
