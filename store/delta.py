@@ -31,21 +31,14 @@ RAW_KEYFRAME_EVERY = 32
 # against the parent's response, where level 6 stores 47 instead of 58 KB for the 150-call
 # session (bench/storage.py) for 0.06 ms more a response.
 RESPONSE_LEVEL = 6
-# Keyframes are the exception the other way: one request in 32 (or a chain's first), so their
-# level costs little per call. On the 150-call session (bench/storage.py) its 9 keyframes take
-# 20.7 KB at level 3 and 16.4 KB at level 9, for ~3 ms more a keyframe (~0.2 ms a call);
-# level 12 gave 15.0 KB for ~8 ms more, level 19 13.5 KB for ~80 ms.
-KEYFRAME_LEVEL = 9
 
 
-def encode(body: bytes, parent: bytes | None, hint: bytes, level: int | None = None) -> bytes:
-    """`level`: zstd's, by default KEYFRAME_LEVEL for a keyframe and compression.LEVEL for a
-    delta."""
+def encode(body: bytes, parent: bytes | None, hint: bytes,
+           level: int = compression.LEVEL) -> bytes:
     if not body:
         return b""
     if parent is None:
-        return b"K" + compression.compress_with(body, hint, level or KEYFRAME_LEVEL)
-    level = level or compression.LEVEL
+        return b"K" + compression.compress_with(body, hint, level)
     p = common_prefix(body, parent)
     s = common_suffix(body, parent, min(len(body), len(parent)) - p)
     middle, base = body[p : len(body) - s], parent[p : len(parent) - s]
