@@ -21,7 +21,7 @@ nothing just makes a bigger middle.
 from __future__ import annotations
 
 from forge_record.shared_ends import common_ends
-from forge_record.store import compression
+from forge_record.store import compression, strands
 
 RAW_KEYFRAME_EVERY = 32
 # Every frame is zstd's default level. Level 6 made the few-KB middles and responses ~4%
@@ -44,6 +44,26 @@ def encode(body: bytes, parent: bytes | None, hint: bytes,
     return b"D" + varint(p) + varint(s) + compression.compress_with(middle, hint + base, level)
 
 
+def encode_response(body: bytes, hint: bytes, record: bytes = b"") -> bytes:
+    """A raw response: cut into framing and text (store.strands) when that rebuilds it,
+    b"T" mode varint(values) varint(len(skeleton)) zstd(lengths skeleton strand,
+    prefix = record + hint), where `record` is the exchange's manifest (the response's id
+    and usage, which the framing repeats); else a keyframe against `hint` like any body."""
+    cut = strands.split(body)
+    if cut is None:
+        return encode(body, None, hint, RESPONSE_LEVEL)
+    mode, skeleton, lengths, strand = cut
+    plain = b"".join(map(varint, lengths)) + skeleton + strand
+    return (b"T" + bytes([mode]) + varint(len(lengths)) + varint(len(skeleton))
+            + compression.compress_with(plain, record + hint, RESPONSE_LEVEL))
+
+
+def decode_response(frame: bytes, hint: bytes, record: bytes = b"") -> bytes:
+    if frame[:1] == b"T":
+        return _decode_strands(frame[1:], record + hint)
+    return decode(frame, None, hint)
+
+
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     if not frame:
         return b""
@@ -57,6 +77,19 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     base = parent[p : len(parent) - s]
     middle = compression.decompress_with(rest[at:], hint + base)
     return parent[:p] + middle + parent[len(parent) - s :]
+
+
+def _decode_strands(rest: bytes, hint: bytes) -> bytes:
+    mode = rest[0]
+    count, at = read_varint(rest, 1)
+    skeleton_length, at = read_varint(rest, at)
+    plain = compression.decompress_with(rest[at:], hint)
+    lengths, at = [], 0
+    for _ in range(count):
+        n, at = read_varint(plain, at)
+        lengths.append(n)
+    skeleton = plain[at:at + skeleton_length]
+    return strands.join(mode, skeleton, lengths, plain[at + skeleton_length:])
 
 
 def varint(n: int) -> bytes:

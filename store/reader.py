@@ -121,6 +121,14 @@ def segment_manifests(
     conn: sa.Connection, session_id: str, segment: int, upto: int | None = None
 ) -> dict[int, dict[str, Any]]:
     """seq -> manifest for the segment's pieces (up to piece `upto`)."""
+    pieces = segment_pieces(conn, session_id, segment, upto)
+    return {seq: orjson.loads(p) for seq, p in pieces.items()}
+
+
+def segment_pieces(
+    conn: sa.Connection, session_id: str, segment: int, upto: int | None = None
+) -> dict[int, bytes]:
+    """seq -> the plain bytes of its manifest (raw responses are compressed against them)."""
     where = {"session_id": session_id, "segment": segment}
     if upto is None:
         rows = conn.execute(_MANIFESTS, where).all()
@@ -129,7 +137,7 @@ def segment_manifests(
     if [r.piece for r in rows] != list(range(len(rows))):
         raise StoreError(f"session {session_id} segment {segment} has missing pieces")
     plains = compression.decode_pieces(r.record for r in rows)
-    return {r.seq: orjson.loads(p) for r, p in zip(rows, plains, strict=True)}
+    return {r.seq: p for r, p in zip(rows, plains, strict=True)}
 
 
 def legacy(record: bytes, raw_request: bytes = b"", raw_response: bytes = b"") -> Exchange:
@@ -146,6 +154,7 @@ class SessionReader:
         self.blobs = BlobReader(conn, dictionaries)
         self.decoded = content.Decoded(self.blobs.get)  # shared by the exchanges it rebuilds
         self.manifests: dict[int, dict[str, Any]] = {}
+        self._pieces: dict[int, bytes] = {}  # seq -> its manifest's plain bytes
         self._lists: dict[int, dict[int, list[str]]] = {}  # segment -> seq -> message names
         self._segment_of: dict[int, int] = {}
         self._raw: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()
@@ -155,7 +164,9 @@ class SessionReader:
     def add_segment(self, segment: int, upto: int | None = None, preload: bool = True) -> None:
         """Decode a segment's manifests (up to piece `upto`); with `preload`, fetch every blob
         they name in one go (what reading a whole session needs)."""
-        found = segment_manifests(self.conn, self.session_id, segment, upto)
+        pieces = segment_pieces(self.conn, self.session_id, segment, upto)
+        self._pieces.update(pieces)
+        found = {seq: orjson.loads(p) for seq, p in pieces.items()}
         self.manifests.update(found)
         self._segment_of.update(dict.fromkeys(found, segment))
         self._lists.setdefault(segment, {})
@@ -231,8 +242,9 @@ class SessionReader:
         bodies = (
             delta.decode(request_frame, parent_bodies and parent_bodies[0],
                          self._request_hint(seq, keyframe=parent is None)),
-            delta.decode(response_frame, None, response_hint(
-                parent_bodies[1] if parent_bodies else b"", self._answer(found))),
+            delta.decode_response(response_frame, response_hint(
+                parent_bodies[1] if parent_bodies else b"", self._answer(found)),
+                self._pieces[seq]),
         )
         self._raw[seq] = bodies
         if len(self._raw) > _RAW_CACHE:

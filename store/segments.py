@@ -126,11 +126,11 @@ class SessionEncoder:
         hint = self._request_hint(refs, names, raw_parent is None)
         raw_request = delta.encode(
             ex.raw_request, raw_parent.raw_request if raw_parent else None, hint)
-        raw_response = delta.encode(ex.raw_response, None, response_hint(
-            raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")),
-            delta.RESPONSE_LEVEL)
-        found = content.manifest(ex, refs, answer, raw_parent and raw_parent.seq, token_ref)
-        piece = self._manifests.piece(orjson.dumps(found))
+        found = orjson.dumps(content.manifest(
+            ex, refs, answer, raw_parent and raw_parent.seq, token_ref))
+        raw_response = delta.encode_response(ex.raw_response, response_hint(
+            raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")), found)
+        piece = self._manifests.piece(found)
         self._recent.append(_Seen(
             ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
             raw_parent.raw_depth + 1 if raw_parent else 0,
