@@ -31,6 +31,7 @@ EXPECTED_COLUMNS = {
     "sessions": [
         "id", "harness", "harness_version", "argv", "cwd", "user_name", "host", "tags",
         "started_at", "ended_at", "exit_code", "record_version", "recorder_pid", "heartbeat_at",
+        "lineage", "pack_groups",
     ],
     "exchanges": [
         "id", "session_id", "seq", "dialect", "kind", "model", "method", "url", "status",
@@ -50,7 +51,7 @@ EXPECTED_COLUMNS = {
     migrate.VERSION_TABLE: ["version_num"],
 }
 COLUMNS_0001 = {
-    "sessions": EXPECTED_COLUMNS["sessions"][:-2],
+    "sessions": EXPECTED_COLUMNS["sessions"][:-4],
     "exchanges": EXPECTED_COLUMNS["exchanges"][:-5],
     migrate.VERSION_TABLE: ["version_num"],
 }
