@@ -27,7 +27,7 @@ import orjson
 import sqlalchemy as sa
 
 from forge_record.errors import StoreError
-from forge_record.store import compression, content, dictionaries
+from forge_record.store import compression, content, dictionaries, kept
 from forge_record.store.batch import new_pack
 from forge_record.store.reader import BlobReader, chunks
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs, sessions
@@ -55,16 +55,19 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
     now = time.time() if now is None else now
     report = Report()
     doomed = _old_sessions(store, now - older_than, report, now)
-    if not dry_run and doomed:
-        with store.transaction("delete sessions") as conn:
-            for part in chunks(doomed):
-                conn.execute(sessions.delete().where(sessions.c.id.in_(part)))
-    # One connection throughout: the live set is a temporary table of it.
+    # One connection throughout: the live sets are temporary tables of it.
     with store.reading("find live blobs") as conn:
-        _LIVE.drop(conn, checkfirst=True)
-        _LIVE.create(conn)
+        for table in _TEMPORARY:
+            table.drop(conn, checkfirst=True)
+            table.create(conn)
         try:
-            _mark_live(conn, skip=set(doomed) if dry_run else set())
+            suspect = _groups_of(store, conn, doomed)
+            conn.commit()  # what follows reads after the deletion
+            if not dry_run and doomed:
+                with store.transaction("delete sessions") as writing:
+                    for part in chunks(doomed):
+                        writing.execute(sessions.delete().where(sessions.c.id.in_(part)))
+            _mark_live(store, conn, suspect, skip=set(doomed))
             conn.commit()
             dying = _dying(conn, now - grace)
             dead = [(h, n) for h, n in conn.execute(
@@ -75,9 +78,11 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
                     for part in chunks([h for h, _ in dead]):
                         writing.execute(blobs.delete().where(
                             blobs.c.hash.in_(part), blobs.c.touched_at < now - grace))
-            _sweep_packs(store, conn, report, dry_run, ~dying, now - grace)
+            replaced = _sweep_packs(store, conn, report, dry_run, ~dying, now - grace)
+            _forget_groups(store, replaced)
         finally:
-            _LIVE.drop(conn, checkfirst=True)
+            for table in _TEMPORARY:
+                table.drop(conn, checkfirst=True)
             conn.commit()
     return report
 
@@ -98,34 +103,86 @@ def _old_sessions(store: Store, cutoff: float, report: Report, now: float) -> li
     return doomed
 
 
-# The live set: every blob a remaining manifest names. A temporary table of gc's connection,
-# not a Python set, so that gc's memory does not grow with the store.
+# What gc knows, as temporary tables of its connection (not Python sets, so that its memory
+# does not grow with the store):
+# - forge_gc_live: blobs a remaining manifest names, among those in suspect groups;
+# - forge_gc_safe: pack groups some remaining session names blobs in and no deleted session
+#   did: none of their blobs lost a name, so none is looked at.
+# Every other blob is dying unless touched within the grace period: in a suspect group (one
+# a deleted session named blobs in) and not named, or in a group no remaining session names.
 _LIVE = sa.Table("forge_gc_live", sa.MetaData(), sa.Column("hash", sa.Text, primary_key=True),
                  prefixes=["TEMPORARY"])
+_SAFE = sa.Table("forge_gc_safe", sa.MetaData(),
+                 sa.Column("group_id", sa.BigInteger, primary_key=True), prefixes=["TEMPORARY"])
+_TEMPORARY = (_LIVE, _SAFE)
 _ADD_LIVE = sa.text("INSERT INTO forge_gc_live (hash) VALUES (:hash) ON CONFLICT DO NOTHING")
+_ADD_SAFE = sa.text("INSERT INTO forge_gc_safe (group_id) VALUES (:group_id) "
+                    "ON CONFLICT DO NOTHING")
 _SESSION_MANIFESTS = sa.select(exchanges.c.segment, exchanges.c.piece, exchanges.c.record).where(
     exchanges.c.session_id == sa.bindparam("session_id"), exchanges.c.layout != LAYOUT_RECORD
 ).order_by(exchanges.c.segment, exchanges.c.piece)
 _RECENT_NAMES = 100_000  # names already added that are not added again (system prompts, ...)
+_KEEP_EVERY = 500  # sessions whose groups were computed, kept in one transaction
 
 
-def _mark_live(conn: sa.Connection, skip: set[str]) -> None:
-    """Walk every manifest of every remaining session, one session at a time, adding the
-    blobs it names to the live table."""
+def _groups_of(store: Store, conn: sa.Connection, ids: list[str]) -> set[int]:
+    """The pack groups the sessions `ids` name blobs in."""
+    out: set[int] = set()
+    for part in chunks(ids):
+        for row in kept.figures(conn, kept.PACK_GROUPS, part):
+            groups, _ = _groups(conn, row)
+            out.update(groups)
+    return out
+
+
+def _mark_live(store: Store, conn: sa.Connection, suspect: set[int], skip: set[str]) -> None:
+    """One pass over the remaining sessions: the groups each names blobs in (kept, or found
+    from its manifests and kept) are safe unless suspect; the names of the sessions that name
+    blobs in a suspect group are live. Only sessions without kept groups, and those sharing a
+    group with a deleted session, have their manifests decoded."""
     added: set[str] = set()
-    ids = conn.scalars(sa.select(sessions.c.id)).all()
-    for session_id in ids:
-        if session_id in skip:
+    computed: dict[str, tuple[dict, int]] = {}
+    for row in kept.figures(conn, kept.PACK_GROUPS):
+        if row["id"] in skip:
             continue
-        names = set()
-        for found in _session_manifests(conn, session_id):
-            names.update(content.referenced(found))
-        fresh = names - added
-        if fresh:
-            conn.execute(_ADD_LIVE, [{"hash": n} for n in sorted(fresh)])
-            if len(added) > _RECENT_NAMES:
-                added.clear()
-            added |= fresh
+        groups, names = _groups(conn, row)
+        if row["figure"] is None and status(row) != "recording":
+            computed[row["id"]] = ({"groups": sorted(groups)}, row["held"])
+        safe = groups - suspect
+        if safe:
+            conn.execute(_ADD_SAFE, [{"group_id": g} for g in sorted(safe)])
+        if groups & suspect:
+            fresh = (names if names is not None else _names(conn, row["id"])) - added
+            if fresh:
+                conn.execute(_ADD_LIVE, [{"hash": n} for n in sorted(fresh)])
+                if len(added) > _RECENT_NAMES:
+                    added.clear()
+                added |= fresh
+        if len(computed) >= _KEEP_EVERY:
+            store.keep(kept.PACK_GROUPS, computed)
+            computed = {}
+    store.keep(kept.PACK_GROUPS, computed)
+
+
+def _groups(conn: sa.Connection, row: dict) -> tuple[set[int], set[str] | None]:
+    """The groups the session names blobs in, and the names if they had to be read."""
+    if row["figure"] is not None:
+        return set(row["figure"]["groups"]), None
+    names = _names(conn, row["id"])
+    groups: set[int] = set()
+    for part in chunks(sorted(names)):
+        groups.update(conn.scalars(
+            sa.select(packs.c.group_id).distinct()
+            .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
+            .where(blobs.c.hash.in_(part))))
+    return groups, names
+
+
+def _names(conn: sa.Connection, session_id: str) -> set[str]:
+    names: set[str] = set()
+    for found in _session_manifests(conn, session_id):
+        names.update(content.referenced(found))
+    return names
 
 
 def _session_manifests(conn: sa.Connection, session_id: str):
@@ -146,15 +203,36 @@ def _session_manifests(conn: sa.Connection, session_id: str):
 
 
 def _dying(conn: sa.Connection, untouched_since: float) -> sa.ColumnElement[bool]:
-    """Blobs no remaining manifest names and no writer touched since `untouched_since`."""
+    """Blobs no writer touched since `untouched_since`, not named by a remaining manifest
+    (in a suspect group) and not in a safe group."""
     live = sa.select(_LIVE.c.hash).where(_LIVE.c.hash == blobs.c.hash).exists()
-    return sa.and_(blobs.c.touched_at < untouched_since, ~live)
+    safe = (sa.select(_SAFE.c.group_id)
+            .where(_SAFE.c.group_id == packs.c.group_id, packs.c.id == blobs.c.pack_id)
+            .exists())
+    return sa.and_(blobs.c.touched_at < untouched_since, ~live, ~safe)
+
+
+def _forget_groups(store: Store, replaced: set[int]) -> None:
+    """Sessions that named blobs in a group gc dropped or repacked lose their kept groups
+    (their blobs moved); the next gc finds them again."""
+    if not replaced:
+        return
+    with store.reading("find sessions of repacked groups") as conn:
+        stale = [sid for sid, figure in conn.execute(
+                     sa.select(sessions.c.id, sessions.c.pack_groups)
+                     .where(sessions.c.pack_groups.is_not(None)))
+                 if replaced & set((figure or {}).get("groups", ()))]
+    if stale:
+        with store.transaction("forget kept pack groups") as conn:
+            for part in chunks(stale):
+                conn.execute(sessions.update().where(sessions.c.id.in_(part))
+                             .values(pack_groups=None))
 
 
 def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: bool,
-                 stays: sa.ColumnElement[bool], young: float) -> None:
-    """Drop or repack the old groups whose blobs went (or, dry, would go). Sums per group
-    are SQL's, so only the groups acted on are held."""
+                 stays: sa.ColumnElement[bool], young: float) -> set[int]:
+    """Drop or repack the old groups whose blobs went (or, dry, would go); returns the groups
+    replaced. Sums per group are SQL's, so only the groups acted on are held."""
     held = (sa.select(packs.c.group_id, sa.func.count().label("names"),
                       sa.func.sum(blobs.c.length).label("bytes"))
             .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
@@ -178,7 +256,7 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
             report.groups += 1
         todo.append((group, bool(names)))
     if dry_run or not todo:
-        return
+        return set()
     # The blobs that move, in one pass over blobs (no index on pack_id: see schema.blobs).
     moving: dict[int, list[str]] = {g: [] for g, repack in todo if repack}
     if moving:
@@ -189,6 +267,7 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
                 moving[group].append(blob)
     for group, _ in todo:
         _replace_group(store, group, moving.get(group, []))
+    return {group for group, _ in todo}
 
 
 def _replace_group(store: Store, group: int, names: list[str]) -> None:

@@ -66,3 +66,16 @@ def listing(conn: sa.Connection, since: float | None) -> Iterator[dict[str, Any]
         out["label_tags"] = None if row["labelled"] is None else dict(row["label_tags"] or {})
         out["lineage"] = valid(row["lineage"], row["held"])
         yield out
+
+
+def figures(conn: sa.Connection, column: str, ids: list[str] | None = None
+            ) -> Iterator[dict[str, Any]]:
+    """Every session (or those of `ids`), streamed: id, "figure" (its kept `column` if still
+    valid, else None), "held" (its exchanges) and what store.summary.status reads."""
+    s = sessions.c
+    query = sa.select(s.id, s[column].label("figure"), _COUNT.label("held"), s.ended_at,
+                      s.recorder_pid, s.heartbeat_at, s.host)
+    if ids is not None:
+        query = query.where(s.id.in_(ids))
+    for row in conn.execute(query.execution_options(yield_per=500)).mappings():
+        yield {**row, "figure": valid(row["figure"], row["held"])}
