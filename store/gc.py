@@ -61,13 +61,13 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
             table.drop(conn, checkfirst=True)
             table.create(conn)
         try:
-            suspect = _groups_of(store, conn, doomed)
+            _candidates(conn, doomed)
             conn.commit()  # what follows reads after the deletion
             if not dry_run and doomed:
                 with store.transaction("delete sessions") as writing:
                     for part in chunks(doomed):
                         writing.execute(sessions.delete().where(sessions.c.id.in_(part)))
-            _mark_live(store, conn, suspect, skip=set(doomed))
+            _mark_live(store, conn, skip=set(doomed))
             conn.commit()
             dying = _dying(conn, now - grace)
             dead = [(h, n) for h, n in conn.execute(
@@ -105,59 +105,58 @@ def _old_sessions(store: Store, cutoff: float, report: Report, now: float) -> li
 
 # What gc knows, as temporary tables of its connection (not Python sets, so that its memory
 # does not grow with the store):
-# - forge_gc_live: blobs a remaining manifest names, among those in suspect groups;
-# - forge_gc_safe: pack groups some remaining session names blobs in and no deleted session
-#   did: none of their blobs lost a name, so none is looked at.
-# Every other blob is dying unless touched within the grace period: in a suspect group (one
-# a deleted session named blobs in) and not named, or in a group no remaining session names.
-_LIVE = sa.Table("forge_gc_live", sa.MetaData(), sa.Column("hash", sa.Text, primary_key=True),
-                 prefixes=["TEMPORARY"])
-_SAFE = sa.Table("forge_gc_safe", sa.MetaData(),
-                 sa.Column("group_id", sa.BigInteger, primary_key=True), prefixes=["TEMPORARY"])
-_TEMPORARY = (_LIVE, _SAFE)
-_ADD_LIVE = sa.text("INSERT INTO forge_gc_live (hash) VALUES (:hash) ON CONFLICT DO NOTHING")
-_ADD_SAFE = sa.text("INSERT INTO forge_gc_safe (group_id) VALUES (:group_id) "
-                    "ON CONFLICT DO NOTHING")
+# - forge_gc_open: the candidates, blobs a deleted session named (with their pack group), less
+#   those a remaining session was found to name;
+# - forge_gc_named: the pack groups remaining sessions name blobs in.
+# A blob untouched for the grace period dies if it is an open candidate, or if its group is
+# one no remaining session names. So only deleted sessions' names are ever in question, and a
+# remaining session is decoded only while it may name an open candidate (its kept groups hold
+# one) or has no kept groups yet.
+_OPEN = sa.Table("forge_gc_open", sa.MetaData(), sa.Column("hash", sa.Text, primary_key=True),
+                 sa.Column("group_id", sa.BigInteger), prefixes=["TEMPORARY"])
+_NAMED = sa.Table("forge_gc_named", sa.MetaData(),
+                  sa.Column("group_id", sa.BigInteger, primary_key=True), prefixes=["TEMPORARY"])
+_TEMPORARY = (_OPEN, _NAMED)
+_ADD_NAMED = sa.text("INSERT INTO forge_gc_named (group_id) VALUES (:group_id) "
+                     "ON CONFLICT DO NOTHING")
 _SESSION_MANIFESTS = sa.select(exchanges.c.segment, exchanges.c.piece, exchanges.c.record).where(
     exchanges.c.session_id == sa.bindparam("session_id"), exchanges.c.layout != LAYOUT_RECORD
 ).order_by(exchanges.c.segment, exchanges.c.piece)
-_RECENT_NAMES = 100_000  # names already added that are not added again (system prompts, ...)
 _KEEP_EVERY = 500  # sessions whose groups were computed, kept in one transaction
 
 
-def _groups_of(store: Store, conn: sa.Connection, ids: list[str]) -> set[int]:
-    """The pack groups the sessions `ids` name blobs in."""
-    out: set[int] = set()
-    for part in chunks(ids):
-        for row in kept.figures(conn, kept.PACK_GROUPS, part):
-            groups, _ = _groups(conn, row)
-            out.update(groups)
-    return out
+def _candidates(conn: sa.Connection, ids: list[str]) -> None:
+    """The blobs the sessions `ids` name, with their groups, into forge_gc_open."""
+    for sid in ids:
+        for part in chunks(sorted(_names(conn, sid))):
+            conn.execute(sa.insert(_OPEN).from_select(
+                ["hash", "group_id"],
+                sa.select(blobs.c.hash, packs.c.group_id)
+                .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
+                .where(blobs.c.hash.in_(part),
+                       ~sa.select(_OPEN.c.hash).where(_OPEN.c.hash == blobs.c.hash).exists())))
 
 
-def _mark_live(store: Store, conn: sa.Connection, suspect: set[int], skip: set[str]) -> None:
+def _mark_live(store: Store, conn: sa.Connection, skip: set[str]) -> None:
     """One pass over the remaining sessions: the groups each names blobs in (kept, or found
-    from its manifests and kept) are safe unless suspect; the names of the sessions that name
-    blobs in a suspect group are live. Only sessions without kept groups, and those sharing a
-    group with a deleted session, have their manifests decoded."""
-    added: set[str] = set()
+    from its manifests and then kept) go into forge_gc_named, and the open candidates it
+    names are closed. A session with kept groups is decoded only if one of them still holds
+    an open candidate."""
     computed: dict[str, tuple[dict, int]] = {}
+    open_groups = set(conn.scalars(sa.select(_OPEN.c.group_id).distinct()))
     for row in kept.figures(conn, kept.PACK_GROUPS):
         if row["id"] in skip:
             continue
         groups, names = _groups(conn, row)
         if row["figure"] is None and status(row) != "recording":
             computed[row["id"]] = ({"groups": sorted(groups)}, row["held"])
-        safe = groups - suspect
-        if safe:
-            conn.execute(_ADD_SAFE, [{"group_id": g} for g in sorted(safe)])
-        if groups & suspect:
-            fresh = (names if names is not None else _names(conn, row["id"])) - added
-            if fresh:
-                conn.execute(_ADD_LIVE, [{"hash": n} for n in sorted(fresh)])
-                if len(added) > _RECENT_NAMES:
-                    added.clear()
-                added |= fresh
+        if groups:
+            conn.execute(_ADD_NAMED, [{"group_id": g} for g in sorted(groups)])
+        if groups & open_groups:
+            names = names if names is not None else _names(conn, row["id"])
+            for part in chunks(sorted(names)):
+                conn.execute(_OPEN.delete().where(_OPEN.c.hash.in_(part)))
+            open_groups = set(conn.scalars(sa.select(_OPEN.c.group_id).distinct()))
         if len(computed) >= _KEEP_EVERY:
             store.keep(kept.PACK_GROUPS, computed)
             computed = {}
@@ -203,13 +202,13 @@ def _session_manifests(conn: sa.Connection, session_id: str):
 
 
 def _dying(conn: sa.Connection, untouched_since: float) -> sa.ColumnElement[bool]:
-    """Blobs no writer touched since `untouched_since`, not named by a remaining manifest
-    (in a suspect group) and not in a safe group."""
-    live = sa.select(_LIVE.c.hash).where(_LIVE.c.hash == blobs.c.hash).exists()
-    safe = (sa.select(_SAFE.c.group_id)
-            .where(_SAFE.c.group_id == packs.c.group_id, packs.c.id == blobs.c.pack_id)
-            .exists())
-    return sa.and_(blobs.c.touched_at < untouched_since, ~live, ~safe)
+    """Blobs no writer touched since `untouched_since` that are open candidates or in a group
+    no remaining session names."""
+    candidate = sa.select(_OPEN.c.hash).where(_OPEN.c.hash == blobs.c.hash).exists()
+    named = (sa.select(_NAMED.c.group_id)
+             .where(_NAMED.c.group_id == packs.c.group_id, packs.c.id == blobs.c.pack_id)
+             .exists())
+    return sa.and_(blobs.c.touched_at < untouched_since, sa.or_(candidate, ~named))
 
 
 def _forget_groups(store: Store, replaced: set[int]) -> None:
