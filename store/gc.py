@@ -4,8 +4,15 @@ collect(store, older_than, dry_run) does, in order:
 1. Sessions that started more than `older_than` seconds ago are deleted with their exchanges
    (and whatever else hangs off a session by foreign key). A session still being recorded
    (status "recording") is kept whatever its age.
-2. The live blobs are every blob a remaining manifest names (store.content.referenced):
-   system prompts, tool lists, parameters, messages, answers. Layout-1 rows name none.
+2. The blobs in question are those the deleted sessions named (store.content.referenced:
+   system prompts, tool lists, parameters, messages, answers; layout-1 rows name none). One
+   is live if a remaining manifest names it. Each session's row keeps the pack groups its
+   manifests name blobs in (store.kept, `pack_groups`), so a remaining session is decoded
+   only while one of its groups still holds a blob in question that no session was found to
+   name yet, or when it has no valid kept groups (then they are found and kept). Blobs in a
+   group no remaining session names are not live either. A blob nothing ever named in a
+   group that sessions still name (a writer that died between its blobs and its exchanges)
+   stays until its group is no longer named.
 3. A blob that is not live and that no writer touched in the last GRACE seconds is deleted.
    Writers touch the blobs they reuse at least every write.FRESH_FOR seconds (far less than
    GRACE) inside the transaction that names them, and gc's DELETE checks touched_at again, so
@@ -13,7 +20,8 @@ collect(store, older_than, dry_run) does, in order:
 4. A pack group whose packs no blob lives in any more is deleted; a group in which live blobs
    are less than half of the bytes is repacked: its live blobs move to a new group of one
    pack, and the old group is deleted. Groups with a pack younger than GRACE are left alone,
-   because their writer may still append to them (encoder.PACK_IDLE < GRACE).
+   because their writer may still append to them (encoder.PACK_IDLE < GRACE). Sessions
+   that kept a group dropped or repacked lose their kept groups (their blobs moved).
 With `dry_run`, nothing is deleted and the report says what would be.
 """
 
