@@ -50,11 +50,13 @@ def keep(conn: sa.Connection, column: str, figures: dict[str, tuple[dict[str, An
 def listing(conn: sa.Connection, since: float | None) -> Iterator[dict[str, Any]]:
     """Sessions newest first, streamed, as `sessions` selects them: id, harness,
     harness_version, started_at, ended_at, recorder_pid, heartbeat_at, host (for status),
-    tags, label_tags (None without a label), and `lineage`: the kept figure if it is valid."""
+    tags, label_tags (None without a label), and `lineage`, the kept figure, not yet checked
+    (valid() it with the session's count of exchanges: counting here would count every
+    session's before the sort)."""
     s = sessions.c
     query = (sa.select(s.id, s.harness, s.harness_version, s.started_at, s.ended_at,
                        s.recorder_pid, s.heartbeat_at, s.host, s.tags, s.lineage,
-                       _COUNT.label("held"), labels.c.session_id.label("labelled"),
+                       labels.c.session_id.label("labelled"),
                        labels.c.tags.label("label_tags"))
              .select_from(sessions.outerjoin(labels, labels.c.session_id == s.id))
              .order_by(s.started_at.desc(), s.id.desc()))
@@ -64,7 +66,6 @@ def listing(conn: sa.Connection, since: float | None) -> Iterator[dict[str, Any]
         out = dict(row)
         out["tags"] = out["tags"] or {}
         out["label_tags"] = None if row["labelled"] is None else dict(row["label_tags"] or {})
-        out["lineage"] = valid(row["lineage"], row["held"])
         yield out
 
 

@@ -284,7 +284,7 @@ class Store:
 
     def listing(self, since: float | None = None) -> Iterator[dict[str, Any]]:
         """Sessions newest first as `sessions` selects them, each with its kept lineage
-        figure when it is still valid (store.kept.listing). Streamed."""
+        figure, unchecked (store.kept.listing). Streamed."""
         with self._guard("list sessions"), self._engine.connect() as conn:
             yield from kept.listing(conn, since)
 

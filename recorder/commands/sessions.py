@@ -115,13 +115,15 @@ def _listed(st, since: float | None, tags: dict[str, str], wanted: _Filter, limi
         merged = {**row["tags"], **(row["label_tags"] or {})}
         if any(merged.get(k) != v for k, v in tags.items()):
             continue
-        figure = row["lineage"] or _computed(st, row, computed)
+        summary = st.session_summary(row["id"])
+        held = summary["calls"] + summary["side_calls"]  # every exchange it holds
+        figure = kept.valid(row["lineage"], held) or _computed(st, row, computed)
         fingerprints = [Fingerprint(**f) for f in figure["fingerprints"]]
         for fp in fingerprints:  # the session row knows the version when headers did not
             fp.version = fp.version or row["harness_version"]
         if wanted.active and not any(wanted.matches(fp) for fp in fingerprints):
             continue
-        listed = counted(st.session_summary(row["id"]), figure["usage"])
+        listed = counted(summary, figure["usage"])
         if wanted.active:
             listed["fingerprints"] = [asdict(fp) for fp in fingerprints]
         out.append(listed)
