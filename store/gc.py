@@ -131,6 +131,7 @@ _SESSION_MANIFESTS = sa.select(exchanges.c.segment, exchanges.c.piece, exchanges
     exchanges.c.session_id == sa.bindparam("session_id"), exchanges.c.layout != LAYOUT_RECORD
 ).order_by(exchanges.c.segment, exchanges.c.piece)
 _KEEP_EVERY = 500  # sessions whose groups were computed, kept in one transaction
+_NAMED_EVERY = 5000  # groups held before they go into forge_gc_named
 
 
 def _candidates(conn: sa.Connection, ids: list[str]) -> None:
@@ -151,6 +152,7 @@ def _mark_live(store: Store, conn: sa.Connection, skip: set[str]) -> None:
     names are closed. A session with kept groups is decoded only if one of them still holds
     an open candidate."""
     computed: dict[str, tuple[dict, int]] = {}
+    named: set[int] = set()
     open_groups = set(conn.scalars(sa.select(_OPEN.c.group_id).distinct()))
     for row in kept.figures(conn, kept.PACK_GROUPS):
         if row["id"] in skip:
@@ -158,8 +160,9 @@ def _mark_live(store: Store, conn: sa.Connection, skip: set[str]) -> None:
         groups, names = _groups(conn, row)
         if row["figure"] is None and status(row) != "recording":
             computed[row["id"]] = ({"groups": sorted(groups)}, row["held"])
-        if groups:
-            conn.execute(_ADD_NAMED, [{"group_id": g} for g in sorted(groups)])
+        named |= groups
+        if len(named) >= _NAMED_EVERY:  # one statement for many sessions, not one each
+            _add_named(conn, named)
         if groups & open_groups:
             names = names if names is not None else _names(conn, row["id"])
             for part in chunks(sorted(names)):
@@ -168,7 +171,14 @@ def _mark_live(store: Store, conn: sa.Connection, skip: set[str]) -> None:
         if len(computed) >= _KEEP_EVERY:
             store.keep(kept.PACK_GROUPS, computed)
             computed = {}
+    _add_named(conn, named)
     store.keep(kept.PACK_GROUPS, computed)
+
+
+def _add_named(conn: sa.Connection, groups: set[int]) -> None:
+    if groups:
+        conn.execute(_ADD_NAMED, [{"group_id": g} for g in sorted(groups)])
+        groups.clear()
 
 
 def _groups(conn: sa.Connection, row: dict) -> tuple[set[int], set[str] | None]:
