@@ -81,18 +81,30 @@ class Templates:
         conn.execute(blobs.insert(), self.blobs)
 
     def copy_round(self, conn: sa.Connection, n: int) -> None:
-        """Round n: every template session again, ids and start times of their own."""
+        """Round n: every template session again, ids and start times of their own. Round 0's
+        exchanges come from here; later rounds copy round 0's inside the database
+        (INSERT ... SELECT), so a million rows never pass through Python."""
         count = len(self.sessions)
-        ids = {}
         rows = []
         for t, s in enumerate(self.sessions):
-            ids[s["id"]] = new = f"{n:08x}{s['id']}"
             started = BASE - (n * count + t) * 60.0
-            rows.append({**s, "id": new, "started_at": started, "ended_at": started + 50,
+            rows.append({**s, "id": _copy_id(n, s["id"]), "started_at": started,
+                         "ended_at": started + 50, "lineage": None, "pack_groups": None,
                          "tags": {"round": str(n), "team": f"t{t % 10}"}})
         conn.execute(sessions.insert(), rows)
-        conn.execute(exchanges.insert(), [{**e, "session_id": ids[e["session_id"]]}
-                                          for e in self.exchanges])
+        if n == 0:
+            conn.execute(exchanges.insert(), [{**e, "session_id": _copy_id(0, e["session_id"])}
+                                              for e in self.exchanges])
+            return
+        cols = [c for c in exchanges.c if c.name != "id"]
+        prefix = sa.literal(f"{n:08x}") + sa.func.substr(exchanges.c.session_id, 9)
+        source = sa.select(*[prefix if c.name == "session_id" else c for c in cols]).where(
+            exchanges.c.session_id.in_([_copy_id(0, s["id"]) for s in self.sessions]))
+        conn.execute(exchanges.insert().from_select([c.name for c in cols], source))
+
+
+def _copy_id(n: int, template_id: str) -> str:
+    return f"{n:08x}{template_id}"
 
 
 def grow(url: str, templates: Templates, rounds: range) -> None:
@@ -156,6 +168,7 @@ def commands(url: str, now: float) -> list[tuple[str, list[str]]]:
     newest_hour = str(BASE - 3600)
     return [
         ("sessions -n 20", ["sessions", "-n", "20", "--json"]),
+        ("sessions -n 20, again", ["sessions", "-n", "20", "--json"]),
         ("sessions --harness bench", ["sessions", "--harness", "bench", "-n", "20", "--json"]),
         ("sessions --tag round=0", ["sessions", "--tag", "round=0", "-n", "20", "--json"]),
         ("sessions --since 1h", ["sessions", "--since", newest_hour, "-n", "20", "--json"]),
@@ -168,7 +181,7 @@ def commands(url: str, now: float) -> list[tuple[str, list[str]]]:
 
 
 def run(url: str, sizes: list[int], templates: Templates, label: str,
-        base: str | None = None) -> list[dict]:
+        base: str | None = None, base_upto: int = 0) -> list[dict]:
     per_round = len(templates.exchanges)
     rows, done = [], 0
     for size in sizes:
@@ -178,19 +191,43 @@ def run(url: str, sizes: list[int], templates: Templates, label: str,
         built = time.perf_counter() - t
         done = rounds
         now = time.time()
-        for name, args in commands(url, now):
-            # With --base, the other revision first: its gc deletes the 10 oldest, ours
-            # then walks the same store with nothing left to delete.
-            for revision, path in ([("base", base)] if base else []) + [("this", None)]:
-                m = measure(url, args, path)
-                rows.append({"store": label, "revision": revision,
-                             "exchanges": rounds * per_round, "command": name,
-                             "seconds": round(m["seconds"], 3),
-                             "rss_mb": round(m["rss_peak_kb"] / 1024),
-                             "rss_before_mb": round(m["rss_before_kb"] / 1024),
-                             "build_s": round(built, 1)})
-                print(json.dumps(rows[-1]), flush=True)
+        todo = commands(url, now)
+        where = {"store": label, "exchanges": rounds * per_round, "build_s": round(built, 1)}
+        if base and rounds * per_round <= base_upto:
+            # The other revision first, on the store taken back to its schema (0005: the
+            # kept columns dropped), its gc only dry (a real one would leave ours nothing).
+            _schema(url, "0005")
+            for name, args in todo:
+                if "--dry-run" in args or args[0] != "gc":
+                    rows.append(_measured(url, where, "base", base, name, args))
+            _schema(url, "head")
+        for name, args in todo:
+            rows.append(_measured(url, where, "this", None, name, args))
     return rows
+
+
+def _measured(url: str, where: dict, revision: str, path: str | None, name: str,
+              args: list[str]) -> dict:
+    m = measure(url, args, path)
+    row = {**where, "revision": revision, "command": name, "seconds": round(m["seconds"], 3),
+           "rss_mb": round(m["rss_peak_kb"] / 1024),
+           "rss_before_mb": round(m["rss_before_kb"] / 1024)}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def _schema(url: str, revision: str) -> None:
+    from forge_record.store import migrate
+    from forge_record.store.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        if revision == "head":
+            migrate.upgrade(engine)
+        else:
+            migrate.downgrade(engine, revision)
+    finally:
+        engine.dispose()
 
 
 # --- stores ------------------------------------------------------------------------------------
@@ -228,12 +265,12 @@ def main() -> None:
         if args.store in ("sqlite", "both"):
             url = f"sqlite:///{root / 'scale.db'}"
             open_store(url).close()  # the schema
-            rows += run(url, sizes, templates, "sqlite", args.base)
+            rows += run(url, sizes, templates, "sqlite", args.base, args.base_upto)
         if args.store in ("postgres", "both"):
             url, drop = postgres_database()
             try:
                 open_store(url).close()
-                rows += run(url, sizes, templates, "postgres", args.base)
+                rows += run(url, sizes, templates, "postgres", args.base, args.base_upto)
             finally:
                 drop()
     finally:
@@ -250,6 +287,8 @@ def parse_args():
     p.add_argument("--templates", type=int, default=100)
     p.add_argument("--base", metavar="DIR", help="also run each command with DIR first on "
                    "sys.path: another revision's package (see bench/forge_proc.py)")
+    p.add_argument("--base-upto", type=int, default=10**9, metavar="N",
+                   help="with --base, measure the other revision only at sizes up to N")
     p.add_argument("--json", help="write the report here")
     p.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)

@@ -4,8 +4,15 @@ collect(store, older_than, dry_run) does, in order:
 1. Sessions that started more than `older_than` seconds ago are deleted with their exchanges
    (and whatever else hangs off a session by foreign key). A session still being recorded
    (status "recording") is kept whatever its age.
-2. The live blobs are every blob a remaining manifest names (store.content.referenced):
-   system prompts, tool lists, parameters, messages, answers. Layout-1 rows name none.
+2. The blobs in question are those the deleted sessions named (store.content.referenced:
+   system prompts, tool lists, parameters, messages, answers; layout-1 rows name none). One
+   is live if a remaining manifest names it. Each session's row keeps the pack groups its
+   manifests name blobs in (store.kept, `pack_groups`), so a remaining session is decoded
+   only while one of its groups still holds a blob in question that no session was found to
+   name yet, or when it has no valid kept groups (then they are found and kept). Blobs in a
+   group no remaining session names are not live either. A blob nothing ever named in a
+   group that sessions still name (a writer that died between its blobs and its exchanges)
+   stays until its group is no longer named.
 3. A blob that is not live and that no writer touched in the last GRACE seconds is deleted.
    Writers touch the blobs they reuse at least every write.FRESH_FOR seconds (far less than
    GRACE) inside the transaction that names them, and gc's DELETE checks touched_at again, so
@@ -13,7 +20,8 @@ collect(store, older_than, dry_run) does, in order:
 4. A pack group whose packs no blob lives in any more is deleted; a group in which live blobs
    are less than half of the bytes is repacked: its live blobs move to a new group of one
    pack, and the old group is deleted. Groups with a pack younger than GRACE are left alone,
-   because their writer may still append to them (encoder.PACK_IDLE < GRACE).
+   because their writer may still append to them (encoder.PACK_IDLE < GRACE). Sessions
+   that kept a group dropped or repacked lose their kept groups (their blobs moved).
 With `dry_run`, nothing is deleted and the report says what would be.
 """
 
@@ -27,7 +35,7 @@ import orjson
 import sqlalchemy as sa
 
 from forge_record.errors import StoreError
-from forge_record.store import compression, content, dictionaries
+from forge_record.store import compression, content, dictionaries, kept
 from forge_record.store.batch import new_pack
 from forge_record.store.reader import BlobReader, chunks
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs, sessions
@@ -55,16 +63,19 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
     now = time.time() if now is None else now
     report = Report()
     doomed = _old_sessions(store, now - older_than, report, now)
-    if not dry_run and doomed:
-        with store.transaction("delete sessions") as conn:
-            for part in chunks(doomed):
-                conn.execute(sessions.delete().where(sessions.c.id.in_(part)))
-    # One connection throughout: the live set is a temporary table of it.
+    # One connection throughout: the live sets are temporary tables of it.
     with store.reading("find live blobs") as conn:
-        _LIVE.drop(conn, checkfirst=True)
-        _LIVE.create(conn)
+        for table in _TEMPORARY:
+            table.drop(conn, checkfirst=True)
+            table.create(conn)
         try:
-            _mark_live(conn, skip=set(doomed) if dry_run else set())
+            _candidates(conn, doomed)
+            conn.commit()  # what follows reads after the deletion
+            if not dry_run and doomed:
+                with store.transaction("delete sessions") as writing:
+                    for part in chunks(doomed):
+                        writing.execute(sessions.delete().where(sessions.c.id.in_(part)))
+            _mark_live(store, conn, skip=set(doomed))
             conn.commit()
             dying = _dying(conn, now - grace)
             dead = [(h, n) for h, n in conn.execute(
@@ -75,9 +86,11 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
                     for part in chunks([h for h, _ in dead]):
                         writing.execute(blobs.delete().where(
                             blobs.c.hash.in_(part), blobs.c.touched_at < now - grace))
-            _sweep_packs(store, conn, report, dry_run, ~dying, now - grace)
+            replaced = _sweep_packs(store, conn, report, dry_run, ~dying, now - grace)
+            _forget_groups(store, replaced)
         finally:
-            _LIVE.drop(conn, checkfirst=True)
+            for table in _TEMPORARY:
+                table.drop(conn, checkfirst=True)
             conn.commit()
     return report
 
@@ -98,34 +111,95 @@ def _old_sessions(store: Store, cutoff: float, report: Report, now: float) -> li
     return doomed
 
 
-# The live set: every blob a remaining manifest names. A temporary table of gc's connection,
-# not a Python set, so that gc's memory does not grow with the store.
-_LIVE = sa.Table("forge_gc_live", sa.MetaData(), sa.Column("hash", sa.Text, primary_key=True),
-                 prefixes=["TEMPORARY"])
-_ADD_LIVE = sa.text("INSERT INTO forge_gc_live (hash) VALUES (:hash) ON CONFLICT DO NOTHING")
+# What gc knows, as temporary tables of its connection (not Python sets, so that its memory
+# does not grow with the store):
+# - forge_gc_open: the candidates, blobs a deleted session named (with their pack group), less
+#   those a remaining session was found to name;
+# - forge_gc_named: the pack groups remaining sessions name blobs in.
+# A blob untouched for the grace period dies if it is an open candidate, or if its group is
+# one no remaining session names. So only deleted sessions' names are ever in question, and a
+# remaining session is decoded only while it may name an open candidate (its kept groups hold
+# one) or has no kept groups yet.
+_OPEN = sa.Table("forge_gc_open", sa.MetaData(), sa.Column("hash", sa.Text, primary_key=True),
+                 sa.Column("group_id", sa.BigInteger), prefixes=["TEMPORARY"])
+_NAMED = sa.Table("forge_gc_named", sa.MetaData(),
+                  sa.Column("group_id", sa.BigInteger, primary_key=True), prefixes=["TEMPORARY"])
+_TEMPORARY = (_OPEN, _NAMED)
+_ADD_NAMED = sa.text("INSERT INTO forge_gc_named (group_id) VALUES (:group_id) "
+                     "ON CONFLICT DO NOTHING")
 _SESSION_MANIFESTS = sa.select(exchanges.c.segment, exchanges.c.piece, exchanges.c.record).where(
     exchanges.c.session_id == sa.bindparam("session_id"), exchanges.c.layout != LAYOUT_RECORD
 ).order_by(exchanges.c.segment, exchanges.c.piece)
-_RECENT_NAMES = 100_000  # names already added that are not added again (system prompts, ...)
+_KEEP_EVERY = 500  # sessions whose groups were computed, kept in one transaction
+_NAMED_EVERY = 5000  # groups held before they go into forge_gc_named
 
 
-def _mark_live(conn: sa.Connection, skip: set[str]) -> None:
-    """Walk every manifest of every remaining session, one session at a time, adding the
-    blobs it names to the live table."""
-    added: set[str] = set()
-    ids = conn.scalars(sa.select(sessions.c.id)).all()
-    for session_id in ids:
-        if session_id in skip:
+def _candidates(conn: sa.Connection, ids: list[str]) -> None:
+    """The blobs the sessions `ids` name, with their groups, into forge_gc_open."""
+    for sid in ids:
+        for part in chunks(sorted(_names(conn, sid))):
+            conn.execute(sa.insert(_OPEN).from_select(
+                ["hash", "group_id"],
+                sa.select(blobs.c.hash, packs.c.group_id)
+                .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
+                .where(blobs.c.hash.in_(part),
+                       ~sa.select(_OPEN.c.hash).where(_OPEN.c.hash == blobs.c.hash).exists())))
+
+
+def _mark_live(store: Store, conn: sa.Connection, skip: set[str]) -> None:
+    """One pass over the remaining sessions: the groups each names blobs in (kept, or found
+    from its manifests and then kept) go into forge_gc_named, and the open candidates it
+    names are closed. A session with kept groups is decoded only if one of them still holds
+    an open candidate."""
+    computed: dict[str, tuple[dict, int]] = {}
+    named: set[int] = set()
+    open_groups = set(conn.scalars(sa.select(_OPEN.c.group_id).distinct()))
+    for row in kept.figures(conn, kept.PACK_GROUPS):
+        if row["id"] in skip:
             continue
-        names = set()
-        for found in _session_manifests(conn, session_id):
-            names.update(content.referenced(found))
-        fresh = names - added
-        if fresh:
-            conn.execute(_ADD_LIVE, [{"hash": n} for n in sorted(fresh)])
-            if len(added) > _RECENT_NAMES:
-                added.clear()
-            added |= fresh
+        groups, names = _groups(conn, row)
+        if row["figure"] is None and status(row) != "recording":
+            computed[row["id"]] = ({"groups": sorted(groups)}, row["held"])
+        named |= groups
+        if len(named) >= _NAMED_EVERY:  # one statement for many sessions, not one each
+            _add_named(conn, named)
+        if groups & open_groups:
+            names = names if names is not None else _names(conn, row["id"])
+            for part in chunks(sorted(names)):
+                conn.execute(_OPEN.delete().where(_OPEN.c.hash.in_(part)))
+            open_groups = set(conn.scalars(sa.select(_OPEN.c.group_id).distinct()))
+        if len(computed) >= _KEEP_EVERY:
+            store.keep(kept.PACK_GROUPS, computed)
+            computed = {}
+    _add_named(conn, named)
+    store.keep(kept.PACK_GROUPS, computed)
+
+
+def _add_named(conn: sa.Connection, groups: set[int]) -> None:
+    if groups:
+        conn.execute(_ADD_NAMED, [{"group_id": g} for g in sorted(groups)])
+        groups.clear()
+
+
+def _groups(conn: sa.Connection, row: dict) -> tuple[set[int], set[str] | None]:
+    """The groups the session names blobs in, and the names if they had to be read."""
+    if row["figure"] is not None:
+        return set(row["figure"]["groups"]), None
+    names = _names(conn, row["id"])
+    groups: set[int] = set()
+    for part in chunks(sorted(names)):
+        groups.update(conn.scalars(
+            sa.select(packs.c.group_id).distinct()
+            .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
+            .where(blobs.c.hash.in_(part))))
+    return groups, names
+
+
+def _names(conn: sa.Connection, session_id: str) -> set[str]:
+    names: set[str] = set()
+    for found in _session_manifests(conn, session_id):
+        names.update(content.referenced(found))
+    return names
 
 
 def _session_manifests(conn: sa.Connection, session_id: str):
@@ -146,15 +220,36 @@ def _session_manifests(conn: sa.Connection, session_id: str):
 
 
 def _dying(conn: sa.Connection, untouched_since: float) -> sa.ColumnElement[bool]:
-    """Blobs no remaining manifest names and no writer touched since `untouched_since`."""
-    live = sa.select(_LIVE.c.hash).where(_LIVE.c.hash == blobs.c.hash).exists()
-    return sa.and_(blobs.c.touched_at < untouched_since, ~live)
+    """Blobs no writer touched since `untouched_since` that are open candidates or in a group
+    no remaining session names."""
+    candidate = sa.select(_OPEN.c.hash).where(_OPEN.c.hash == blobs.c.hash).exists()
+    named = (sa.select(_NAMED.c.group_id)
+             .where(_NAMED.c.group_id == packs.c.group_id, packs.c.id == blobs.c.pack_id)
+             .exists())
+    return sa.and_(blobs.c.touched_at < untouched_since, sa.or_(candidate, ~named))
+
+
+def _forget_groups(store: Store, replaced: set[int]) -> None:
+    """Sessions that named blobs in a group gc dropped or repacked lose their kept groups
+    (their blobs moved); the next gc finds them again."""
+    if not replaced:
+        return
+    with store.reading("find sessions of repacked groups") as conn:
+        stale = [sid for sid, figure in conn.execute(
+                     sa.select(sessions.c.id, sessions.c.pack_groups)
+                     .where(sessions.c.pack_groups.is_not(None)))
+                 if replaced & set((figure or {}).get("groups", ()))]
+    if stale:
+        with store.transaction("forget kept pack groups") as conn:
+            for part in chunks(stale):
+                conn.execute(sessions.update().where(sessions.c.id.in_(part))
+                             .values(pack_groups=None))
 
 
 def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: bool,
-                 stays: sa.ColumnElement[bool], young: float) -> None:
-    """Drop or repack the old groups whose blobs went (or, dry, would go). Sums per group
-    are SQL's, so only the groups acted on are held."""
+                 stays: sa.ColumnElement[bool], young: float) -> set[int]:
+    """Drop or repack the old groups whose blobs went (or, dry, would go); returns the groups
+    replaced. Sums per group are SQL's, so only the groups acted on are held."""
     held = (sa.select(packs.c.group_id, sa.func.count().label("names"),
                       sa.func.sum(blobs.c.length).label("bytes"))
             .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
@@ -178,7 +273,7 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
             report.groups += 1
         todo.append((group, bool(names)))
     if dry_run or not todo:
-        return
+        return set()
     # The blobs that move, in one pass over blobs (no index on pack_id: see schema.blobs).
     moving: dict[int, list[str]] = {g: [] for g, repack in todo if repack}
     if moving:
@@ -189,6 +284,7 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
                 moving[group].append(blob)
     for group, _ in todo:
         _replace_group(store, group, moving.get(group, []))
+    return {group for group, _ in todo}
 
 
 def _replace_group(store: Store, group: int, names: list[str]) -> None:

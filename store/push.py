@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from forge_record.errors import UsageError
-from forge_record.store import compression, content
+from forge_record.store import compression, content, kept
 from forge_record.store.batch import dialect_insert, insert_pack, touch
 from forge_record.store.reader import BlobReader, chunks, segment_manifests
 from forge_record.store.schema import LAYOUT_RECORD, exchanges, sessions
@@ -81,6 +81,7 @@ def _copy_session_row(source: Store, target: Store, session_id: str) -> bool:
     with source.reading("read session") as conn:
         row = dict(conn.execute(sa.select(sessions).where(sessions.c.id == session_id))
                    .mappings().one())
+    row[kept.PACK_GROUPS] = None  # the source's pack groups, not the target's (store.kept)
     with target.transaction(f"push session {session_id}") as conn:
         insert = dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"])
         # RETURNING, not rowcount: psycopg reports -1 for this insert

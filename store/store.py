@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import Exchange, Session
 from forge_record.redact.headers import SECRET_HEADERS
-from forge_record.store import labels, migrate, reader, summary
+from forge_record.store import kept, labels, migrate, reader, summary
 from forge_record.store.batch import Writes
 from forge_record.store.engine import make_engine, show_url, sqlite_file, writing
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item, describe
@@ -281,6 +281,18 @@ class Store:
         all); `since`: only those started at or after it."""
         with self._guard("list sessions"), self._engine.connect() as conn:
             yield from summary.selection_rows(conn, ids, since, newest_first)
+
+    def listing(self, since: float | None = None) -> Iterator[dict[str, Any]]:
+        """Sessions newest first as `sessions` selects them, each with its kept lineage
+        figure, unchecked (store.kept.listing). Streamed."""
+        with self._guard("list sessions"), self._engine.connect() as conn:
+            yield from kept.listing(conn, since)
+
+    def keep(self, column: str, figures: dict[str, tuple[dict[str, Any], int]]) -> None:
+        """Keep figures computed from the sessions' exchanges on their rows (store.kept)."""
+        if figures:
+            with self.transaction(f"keep {column} of {len(figures)} sessions") as conn:
+                kept.keep(conn, column, figures)
 
     def session_summary(self, session_id: str) -> dict[str, Any]:
         """The session's fields (as Session.to_dict) plus: calls (exchanges of kind "model"),

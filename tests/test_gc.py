@@ -15,6 +15,7 @@ from support import count, make_session, realistic_exchanges
 
 from forge_record.store import dictionaries, gc
 from forge_record.store.items import AddSession
+from forge_record.store.schema import sessions
 
 DAY = 86400.0
 FORGE = str(Path(sys.executable).with_name("forge-record"))
@@ -106,6 +107,60 @@ def test_recently_touched_blobs_survive_the_grace_period(store, store_url):
     report = gc.collect(store, 30 * DAY)  # the default grace: an hour
     assert report.sessions == 1 and report.blobs == 0
     assert count(store_url, "blobs") == blobs
+
+
+def make_old(store, session_id: str) -> None:
+    with store.transaction("test") as conn:
+        conn.execute(sessions.update().where(sessions.c.id == session_id)
+                     .values(started_at=time.time() - 40 * DAY))
+
+
+def test_gc_decodes_only_what_deleted_sessions_put_in_question(store, monkeypatch):
+    """Pack groups are kept on the session rows: once every session has them, a gc with
+    nothing to delete decodes no manifest, and one that deletes a session decodes it and
+    only sessions that may name its blobs, until each is found named or not."""
+    first = realistic_exchanges(20, seed=1)
+    record(store, "old", first, age_days=40)
+    record(store, "sharing", first[:3], age_days=1)  # names old's first blobs
+    others = {f"s{i}": realistic_exchanges(6, seed=i) for i in range(2, 8)}
+    for sid, exchanges in others.items():
+        record(store, sid, exchanges, age_days=1)
+    decoded = []
+    real = gc._session_manifests
+    monkeypatch.setattr(gc, "_session_manifests",
+                        lambda conn, sid: (decoded.append(sid), real(conn, sid))[1])
+
+    assert collect(store).sessions == 1
+    assert sorted(set(decoded)) == sorted(["old", "sharing", *others])  # nothing kept yet
+    collect(store)  # the sessions whose groups gc 1 repacked find theirs again
+    decoded.clear()
+    assert collect(store) == gc.Report()
+    assert decoded == []
+
+    make_old(store, "s7")
+    report = collect(store)
+
+    assert report.sessions == 1 and report.blobs > 0
+    assert decoded[0] == "s7" and len(set(decoded)) < 1 + len(others)
+    for sid, exchanges in [("sharing", first[:3]), *others.items()][:-1]:
+        assert list(store.iter_exchanges(sid, raw=True)) == exchanges
+
+
+def test_blobs_moved_by_a_repack_stay_live_for_every_session_naming_them(store):
+    """gc 1 repacks old's group: what "one" and "two" share moves to a new group. gc 2
+    deletes "one", so that group is suspect: "two" must be decoded, not trusted to its
+    kept groups from before the move."""
+    first = realistic_exchanges(30)
+    record(store, "old", first, age_days=40)
+    record(store, "one", first[:3], age_days=1)
+    record(store, "two", first[:3], age_days=1)
+    assert collect(store).repacked == 1
+    make_old(store, "one")
+
+    assert collect(store).sessions == 1
+    assert list(store.iter_exchanges("two", raw=True)) == first[:3]
+    for ex in first[:3]:
+        assert store.get_exchange("two", ex.seq, raw=True) == ex
 
 
 def test_gc_command(store, store_url, tmp_path):

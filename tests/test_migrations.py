@@ -31,6 +31,7 @@ EXPECTED_COLUMNS = {
     "sessions": [
         "id", "harness", "harness_version", "argv", "cwd", "user_name", "host", "tags",
         "started_at", "ended_at", "exit_code", "record_version", "recorder_pid", "heartbeat_at",
+        "lineage", "pack_groups",
     ],
     "exchanges": [
         "id", "session_id", "seq", "dialect", "kind", "model", "method", "url", "status",
@@ -50,7 +51,7 @@ EXPECTED_COLUMNS = {
     migrate.VERSION_TABLE: ["version_num"],
 }
 COLUMNS_0001 = {
-    "sessions": EXPECTED_COLUMNS["sessions"][:-2],
+    "sessions": EXPECTED_COLUMNS["sessions"][:-4],
     "exchanges": EXPECTED_COLUMNS["exchanges"][:-5],
     migrate.VERSION_TABLE: ["version_num"],
 }
@@ -266,3 +267,20 @@ def test_db_current_does_not_create_a_sqlite_store(tmp_path):
     proc = forge_db(url, "current", home=tmp_path)
     assert proc.returncode == 1 and proc.stderr.startswith("forge-record: no store at ")
     assert not (tmp_path / "nothing-here").exists()
+
+
+def test_0007_kept_figures_are_dropped_by_its_downgrade_and_found_again(engine, url):
+    store_session(url, realistic_exchanges(6))
+    with open_store(url) as store:
+        store.end_session("s", 2e9, 0)
+        store.keep("lineage", {"s": ({"usage": {}, "fingerprints": []}, 6)})
+        store.keep("pack_groups", {"s": ({"groups": [1]}, 6)})
+
+    migrate.downgrade(engine, "0005")
+    assert "lineage" not in columns(engine)["sessions"]
+    migrate.upgrade(engine)
+
+    with open_store(url) as store, store.reading("test") as conn:
+        kept = conn.execute(sa.text("SELECT lineage, pack_groups FROM sessions")).one()
+        assert tuple(kept) == (None, None)
+        assert len(list(store.iter_exchanges("s", raw=True))) == 6

@@ -4,22 +4,21 @@ start time and tags, and by harness fingerprint.
 --since and --tag select on the session rows (tags as `export --tag` matches them: the
 session's, and its label's, which win), so they cost nothing per session left out.
 
-Filters (--harness, --version, --model, --system-hash, --tools-hash, --beta) are matched in
-Python: a session matches when one of its conversation calls (main, subagent or retry; side
-calls such as a small model's title call do not count) has a fingerprint matching every
-filter given. Fingerprints are derived from the stored exchanges at read time
-(forge_record.lineage); nothing is cached in the store yet, so a filtered listing reads the
-exchanges of each session it looks at, newest first, and stops at --limit matches.
-Calls, retries, side calls and tokens are counted as lineage counts them
+Filters (--harness, --version, --model, --system-hash, --tools-hash, --beta) match
+fingerprints: a session matches when one of its conversation calls (main, subagent or retry;
+side calls such as a small model's title call do not count) has a fingerprint matching every
+filter given. Calls, retries, side calls and tokens are counted as lineage counts them
 (forge_record.lineage.usage: the one definition `run`, `show`, `view` and the exports use):
 a retry is not a call, side calls are apart, "tokens in" is every prompt token read (uncached
-+ cache read + cache write). So each listed session's exchanges are read once.
++ cache read + cache write). Both come from lineage over the session's exchanges, computed
+once and kept on the session row (store.kept): a listing reads session rows, and reads back
+only the sessions it looks at that have no valid kept figure yet (older rows, sessions that
+grew since), keeping theirs unless they are still being recorded.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import time
 from dataclasses import asdict
 
@@ -27,10 +26,13 @@ import click
 import orjson
 
 from forge_record.commands.common import key_value, open_store, store_option
+from forge_record.errors import StoreError
 from forge_record.exporters.select import parse_when
 from forge_record.identity import HASH_PREFIX
-from forge_record.lineage import analyze, session_usage
+from forge_record.lineage import analyze
 from forge_record.lineage.fingerprint import Fingerprint
+from forge_record.store import kept
+from forge_record.store.summary import status
 
 
 @click.command()
@@ -53,15 +55,7 @@ def sessions(store, as_json, limit, harness, version, model, system_hash, tools_
     wanted = _Filter(harness, version, model, system_hash, tools_hash, betas)
     st = open_store(store)
     try:
-        candidates = _candidates(st, parse_when(since) if since else None, tag)
-        if wanted.active:
-            rows = _filtered(st, candidates, wanted, limit)
-        else:
-            rows = []
-            for row in itertools.islice(candidates, limit):
-                summary = st.session_summary(row["id"])
-                usage = session_usage(st.iter_exchanges(row["id"]), summary["harness"])
-                rows.append(counted(summary, usage))
+        rows = _listed(st, parse_when(since) if since else None, tag, wanted, limit)
     finally:
         st.close()
     if as_json:
@@ -111,33 +105,48 @@ class _Filter:
         return self.betas <= set(fp.betas)
 
 
-def _candidates(st, since: float | None, tags: dict[str, str]):
-    """Selection rows (Store.selection_rows) newest first, of the sessions started since
-    `since` whose tags (a label's win) include `tags`."""
-    for row in st.selection_rows(since=since, newest_first=True):
+def _listed(st, since: float | None, tags: dict[str, str], wanted: _Filter, limit: int
+            ) -> list[dict]:
+    """Up to `limit` sessions, newest first, started since `since`, tagged `tags` (a label's
+    tags win) and, when filters are given, with a conversation call whose fingerprint matches
+    them (their fingerprints then under "fingerprints")."""
+    out, computed = [], {}
+    for row in st.listing(since):
         merged = {**row["tags"], **(row["label_tags"] or {})}
-        if all(merged.get(k) == v for k, v in tags.items()):
-            yield row
-
-
-def _filtered(st, candidates, wanted: _Filter, limit: int) -> list[dict]:
-    """Matching sessions, newest first, each with the fingerprints of its conversation
-    calls under "fingerprints"."""
-    out = []
-    for candidate in candidates:
-        row = st.session_summary(candidate["id"])
-        lineage = analyze(st.iter_exchanges(row["id"]), row["harness"])
-        used = {c.fingerprint for c in lineage.calls.values() if c.role != "side"}
-        fingerprints = [f for i, f in lineage.fingerprints.items() if i in used]
+        if any(merged.get(k) != v for k, v in tags.items()):
+            continue
+        summary = st.session_summary(row["id"])
+        held = summary["calls"] + summary["side_calls"]  # every exchange it holds
+        figure = kept.valid(row["lineage"], held) or _computed(st, row, computed)
+        fingerprints = [Fingerprint(**f) for f in figure["fingerprints"]]
         for fp in fingerprints:  # the session row knows the version when headers did not
             fp.version = fp.version or row["harness_version"]
-        if any(wanted.matches(fp) for fp in fingerprints):
-            row = counted(row, lineage.usage)
-            row["fingerprints"] = [asdict(fp) for fp in fingerprints]
-            out.append(row)
-            if len(out) == limit:
-                break
+        if wanted.active and not any(wanted.matches(fp) for fp in fingerprints):
+            continue
+        listed = counted(summary, figure["usage"])
+        if wanted.active:
+            listed["fingerprints"] = [asdict(fp) for fp in fingerprints]
+        out.append(listed)
+        if len(out) == limit:
+            break
+    try:
+        st.keep(kept.LINEAGE, computed)
+    except StoreError:  # a cache: the next listing computes them again
+        pass
     return out
+
+
+def _computed(st, row: dict, computed: dict) -> dict:
+    """The session's lineage figure, computed from its exchanges; added to `computed` to be
+    kept unless a recorder may still add to the session."""
+    exchanges = list(st.iter_exchanges(row["id"]))
+    lineage = analyze(exchanges, row["harness"])
+    used = {c.fingerprint for c in lineage.calls.values() if c.role != "side"}
+    figure = {"usage": lineage.usage,
+              "fingerprints": [asdict(f) for i, f in lineage.fingerprints.items() if i in used]}
+    if status(row) != "recording":
+        computed[row["id"]] = (figure, len(exchanges))
+    return figure
 
 
 def _exit_column(row: dict) -> str:
