@@ -1,11 +1,11 @@
 """Figures kept on a session's row so that readers need not read the session back.
 
-A kept figure is a JSON object on a column of `sessions` (revision 0007): what was computed
+A kept figure is a JSON object on a column of `sessions` (revision 0006): what was computed
 from the session's exchanges, plus "exchanges", how many exchanges it was computed from.
 A session's exchanges only ever grow (seq is unique, nothing deletes one but its session), so
 a figure counts exactly while the session still holds that many; otherwise it is stale and
 the reader computes it again (a spool replayed after the figure was kept, a push into the
-session). Rows written before 0007 have none. Columns:
+session). Rows written before 0006 have none. Columns:
 - `lineage`: {"usage": lineage.usage, "fingerprints": the conversation calls' fingerprints},
   kept by `sessions` when it first lists or filters a session (commands/sessions.py);
 - `pack_groups`: {"groups": [pack group ids its manifests name blobs in]}, kept by gc.

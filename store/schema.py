@@ -57,7 +57,7 @@ sessions = sa.Table(
     # whose recorder is gone is `interrupted` (see store.status).
     sa.Column("recorder_pid", sa.Integer),
     sa.Column("heartbeat_at", Timestamp),
-    # Kept figures (revision 0007, store.kept): what reading the session back would give,
+    # Kept figures (revision 0006, store.kept): what reading the session back would give,
     # stored with the number of exchanges they cover, so they count only while the session
     # holds exactly that many. `lineage`: the counts `sessions` prints and the fingerprints it
     # filters on; `pack_groups`: the pack groups its manifests name blobs in (for gc).

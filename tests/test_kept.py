@@ -1,4 +1,4 @@
-"""Figures kept on the session row (store.kept, revision 0007): `sessions` keeps the lineage
+"""Figures kept on the session row (store.kept, revision 0006): `sessions` keeps the lineage
 figures it computes, and what it lists from them equals what reading the sessions back gives,
 on SQLite and on the real Postgres; a figure that no longer covers every exchange is not used.
 """

@@ -269,7 +269,7 @@ def test_db_current_does_not_create_a_sqlite_store(tmp_path):
     assert not (tmp_path / "nothing-here").exists()
 
 
-def test_0007_kept_figures_are_dropped_by_its_downgrade_and_found_again(engine, url):
+def test_0006_kept_figures_are_dropped_by_its_downgrade_and_found_again(engine, url):
     store_session(url, realistic_exchanges(6))
     with open_store(url) as store:
         store.end_session("s", 2e9, 0)

@@ -1,6 +1,6 @@
 """kept lineage figures and pack groups on the session row
 
-Revision ID: 0007
+Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-02
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
+revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
