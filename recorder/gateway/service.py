@@ -4,7 +4,8 @@ A `Gateway` is one replica's handle on it: the store (control requests, session 
 exchange numbers), the writer process (exchanges, as in `forge-record run`), the upstreams
 and the secret that tokens are derived from. Nothing a session needs stays in this process,
 so any replica serves any call or control request of any session, and a replica that dies
-loses only the calls it was carrying.
+loses only the calls it was carrying, whose numbers (reserved as they started) stay behind as
+gaps: `missing_calls`.
 
 Every method here may wait on the database: the proxy calls them in a worker thread
 (`run`), never on its event loop. Errors a caller made raise `Refused` (an HTTP status and
