@@ -298,6 +298,21 @@ def test_an_extra_record_of_a_call_is_numbered_as_it_ends(numbering):
     assert gw.missing_calls(sid) == [3]  # the third call has not ended
 
 
+def test_a_flows_records_reach_the_writer_in_the_order_it_gave_them(numbering):
+    """The engine's record of a bridged call waits for its reservation; the agent's record
+    after it must not overtake it (bridge.pairs reads the engine's first)."""
+    gw, sid, writer, _ = numbering
+    slow = futures.Future()  # a reservation still on its way to the store
+    flow = Reservations(lambda: slow)
+    sink = gw.sink_for(sid, flow)
+    flow.started()
+    sink(make_exchange(kind="engine"))
+    sink(make_exchange())  # numbered as it ends: it could be handed over first
+    assert not writer.handed.acquire(timeout=0.5), writer.got  # both wait for the first
+    slow.set_result(7)
+    assert writer.wait(2) == [(7, True), (1, True)]
+
+
 def test_a_reservation_the_store_refused_leaves_the_call_to_the_writer(numbering):
     gw, sid, writer, store = numbering
     flow, sink = a_flow(gw, sid)

@@ -20,7 +20,7 @@ import secrets
 import socket
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,13 +100,17 @@ class Gateway:
 
     def sink_for(self, session_id: str, reservations: Reservations | None = None):
         """The per-flow sink (addons.recorder.SINK) that stores exchanges in this session,
-        each under the number reserved when its call started (the oldest one left)."""
+        each under the number reserved when its call started (the oldest one left), and
+        hands them to the writer in the order it got them (a bridged call's engine record
+        before the agent's: bridge.pairs relies on it)."""
+        last: Future | None = None  # this flow's latest delivery
 
         def sink(exchange: Exchange) -> None:
+            nonlocal last
             reserved = reservations.take() if reservations is not None else None
             with self._lock:
                 self._delivering[session_id] = self._delivering.get(session_id, 0) + 1
-            self._pool.submit(self._deliver, session_id, exchange, reserved)
+            last = self._pool.submit(self._deliver, session_id, exchange, reserved, last)
 
         return sink
 
@@ -173,7 +177,8 @@ class Gateway:
 
     # --- exchanges -------------------------------------------------------------------------
 
-    def _deliver(self, session_id: str, exchange: Exchange, reserved: Future | None) -> None:
+    def _deliver(self, session_id: str, exchange: Exchange, reserved: Future | None,
+                 after: Future | None) -> None:
         """Hand the exchange to the writer process under the number reserved when its call
         started, or else under the session's next number now (shared by all replicas). When
         the store cannot number it, it goes to the writer unnumbered, and so does every later
@@ -181,8 +186,11 @@ class Gateway:
         each as it writes it, and while the store is down it spools them, in order, and
         numbers them as it replays (store.batch). So nothing waits in this process's memory
         alone: a replica killed during an outage leaves them in its writer's spool, which its
-        writer, or the next one for the store, replays."""
+        writer, or the next one for the store, replays. `after` is the flow's delivery
+        before this one, waited for (as `reserved` is, see _reserved) to keep their order."""
         try:
+            if after is not None:
+                wait([after])
             seq = self._reserved(session_id, reserved)
             if seq is None and session_id not in self._unnumbered:
                 seq = self._numbered_now(session_id)
@@ -206,7 +214,9 @@ class Gateway:
         """The number reserved at the call's start, waited for. This cannot deadlock the
         pool: its workers take tasks in the order they were submitted, and the reservation
         was submitted (as the call started) before this delivery (as it ended), so a worker
-        has taken it already. None when none was reserved, or the store could not."""
+        has taken it already and it waits on nothing in the pool. (The same holds for the
+        flow's earlier delivery, which waits only on tasks submitted before it.) None when
+        none was reserved, or the store could not."""
         if reserved is None:
             return None
         try:
