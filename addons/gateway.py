@@ -9,7 +9,10 @@ its hooks run first on every flow:
   `/s/<id>` prefix stripped, its token replaced by the gateway's own upstream key (or
   dropped), its target set to the session's upstream, and the session's sink put on the
   flow (addons.recorder.SINK): from there the recorder records it as in `forge-record run`,
-  streamed chunk by chunk, WebSocket frames included.
+  streamed chunk by chunk, WebSocket frames included. Its call-start hook
+  (addons.recorder.STARTED) reserves each call's number in the session as the call starts
+  (one per HTTP call, one per WebSocket turn), so a call cut off by this replica's death
+  leaves a numbered gap (gateway.reservations).
 - `request` answers the gateway's own endpoints: /healthz, /readyz, /metrics and the
   control API under /api/v1 (forge_record.gateway.api, in a worker thread).
 Nothing here raises into mitmproxy: a fault answers the call with a JSON error.
@@ -18,6 +21,7 @@ Nothing here raises into mitmproxy: a fault answers the call with a JSON error.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 import time
@@ -26,10 +30,11 @@ from typing import Any
 import orjson
 from mitmproxy import http
 
-from forge_record.addons.recorder import SINK
+from forge_record.addons.recorder import SINK, STARTED
 from forge_record.errors import StoreError
 from forge_record.gateway import api, keys
 from forge_record.gateway.metrics import CONTENT_TYPE, Metrics
+from forge_record.gateway.reservations import Reservations
 from forge_record.gateway.service import Gateway, Refused
 
 log = logging.getLogger("forge_record")
@@ -103,7 +108,10 @@ class GatewayAddon:
         keys.replace_credentials(req.headers, gw.upstream_key)
         req.scheme, req.host, req.port = upstream.scheme, upstream.host, upstream.port
         req.path = upstream.path + named.path
-        store_it = gw.sink_for(resolved.session_id)
+        # Each call the recorders see start on this flow reserves its number then, in a
+        # worker thread; its exchange takes that number as it is stored (gateway.reservations).
+        reservations = Reservations(functools.partial(gw.reserve, resolved.session_id))
+        store_it = gw.sink_for(resolved.session_id, reservations)
 
         def sink(exchange) -> None:
             self.metrics.call(exchange.dialect, upstream.url, exchange.http_status)
@@ -112,6 +120,7 @@ class GatewayAddon:
             store_it(exchange)
 
         flow.metadata[SINK] = sink
+        flow.metadata[STARTED] = reservations.started
         flow.metadata[_FLOWING] = True
         self._flowing(1)
 

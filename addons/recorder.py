@@ -44,6 +44,12 @@ _ASKED = "forge_record.asked"  # what the agent asked for, of the token fields w
 # A flow's own sink, if another addon set one before `response` (forge-record serve: the
 # exchange goes to the session that flow belongs to); otherwise the Recorder's.
 SINK = "forge_record_sink"
+# A flow's call-start hook, if another addon set one: called on the event loop, without
+# arguments, once per call the flow carries, as the call starts (before it is forwarded), so
+# that each exchange later handed to the flow's sink has had its start announced, in order
+# (forge-record serve reserves the call's number in its session there). An extra record of
+# a call (a bridged call's engine record) is announced by nothing.
+STARTED = "forge_record_started"
 
 
 class Recorder:
@@ -108,6 +114,7 @@ class Recorder:
         body = req.get_content(strict=False) or b""
         if not (self.intercepts(host) or _speaks(dialect, body)):
             return
+        call_started(flow.metadata.get(STARTED))
         if self.engine and bridged.bridges(dialect, path):
             self._bridge(flow, dialect, body, logical_url, path, headers, host)
             return
@@ -229,6 +236,16 @@ class Recorder:
         req.host = url.hostname or host
         req.port = url.port or (443 if url.scheme == "https" else 80)
         req.path = url.path + req.path
+
+
+def call_started(hook: Callable[[], None] | None) -> None:
+    """Announce a call's start to the flow's STARTED hook, if it has one."""
+    if hook is None:
+        return
+    try:
+        hook()
+    except Exception:  # noqa: BLE001 - recording must never break the agent's call
+        log.exception("forge-record: a call-start hook failed")
 
 
 def _stripped(capture: Capture, resp: http.Response, asked: engines.Asked, dialect: str):

@@ -31,7 +31,7 @@ import orjson
 from mitmproxy import http
 
 from forge_record.addons.bridged_ws import WebSocketBridge
-from forge_record.addons.recorder import SINK, Recorder
+from forge_record.addons.recorder import SINK, STARTED, Recorder, call_started
 from forge_record.capture import Capture
 from forge_record.decoders import dialect_for
 from forge_record.decoders.openai_responses import ResponsesFold
@@ -77,6 +77,7 @@ class WebSocketRecorder:
             sock.upstream_url = _ws_url(flow.request.url)  # after any --upstream redirect
             sock.response_headers = list(flow.response.headers.items(multi=True))
             sock.sink = flow.metadata.get(SINK, self.recorder.sink)
+            sock.started = flow.metadata.get(STARTED)
             self._sockets[id(flow)] = sock
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
@@ -113,6 +114,7 @@ class WebSocketRecorder:
             return  # response.processed and the like: not a call
         if sock.capture is not None:
             self._end(sock, "superseded by a new response.create")
+        call_started(sock.started)  # a turn is the call: one per response.create
         sock.frames = _FrameDialect(sock.dialect)
         sock.capture = Capture(sock.frames, seq=next(self.recorder._seq), method="GET",
                                url=sock.url, upstream_url=sock.upstream_url, path=sock.path,
@@ -163,6 +165,7 @@ class _Socket:
         self.response_headers: list[tuple[str, str]] = []
         self.capture: Capture | None = None
         self.sink = None  # the flow's own sink (see recorder.SINK), set once it is open
+        self.started = None  # the flow's own call-start hook (recorder.STARTED), likewise
         self.frames: _FrameDialect | None = None
 
 

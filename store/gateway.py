@@ -7,6 +7,8 @@ one process. Contract:
 - `by_token` finds the session a token belongs to; `next_seq` (store.batch's: a writer uses
   it too) hands out the session's next exchange number (one sequence per session, shared by
   every replica).
+- `missing_calls` lists the numbers handed out that no stored exchange has (in-flight or lost
+  calls, and spooled ones until their replay).
 - `finish` sets a session's end once: the first call gives it the next `finish_seq` (under a
   lock, so finish order is commit order and a cursor never skips a session that commits
   late); a second call changes nothing and says so.
@@ -66,9 +68,19 @@ def note_keyed_by(conn: sa.Connection, session_id: str, how: str) -> None:
                  .values(keyed_by=how))
 
 
-def stored_calls(conn: sa.Connection, session_id: str) -> int:
-    return conn.scalar(sa.select(sa.func.count()).select_from(exchanges)
-                       .where(exchanges.c.session_id == session_id)) or 0
+def missing_calls(conn: sa.Connection, session_id: str) -> list[int]:
+    """The numbers handed out in the session's sequence that no stored exchange has, in
+    order. A number is handed out as its call starts (recorder/gateway/reservations.py), so
+    these are calls still in flight, calls a killed replica was carrying (lost: their gap
+    stays), and exchanges waiting in a writer's spool (their replay fills the gap, under the
+    same number). Read each time, since the last kind fills in later."""
+    calls = conn.scalar(sa.select(gateway_sessions.c.calls)
+                        .where(gateway_sessions.c.session_id == session_id)) or 0
+    if not calls:
+        return []
+    stored = set(conn.scalars(sa.select(exchanges.c.seq).where(
+        exchanges.c.session_id == session_id, exchanges.c.seq <= calls)))
+    return [n for n in range(1, calls + 1) if n not in stored]
 
 
 def finish(conn: sa.Connection, session_id: str, status: str,

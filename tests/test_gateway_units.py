@@ -8,19 +8,24 @@ import asyncio
 import socket
 import subprocess
 import sys
+import threading
+from concurrent import futures
 
 import pytest
 from mitmproxy.http import Headers
+from support import make_exchange
 
 from forge_record.commands.serve import DEFAULT_LISTEN, parse_listen
 from forge_record.errors import UsageError
-from forge_record.gateway import api, keys
+from forge_record.gateway import api, keys, service
 from forge_record.gateway.env import session_env
 from forge_record.gateway.known import KnownSessions
+from forge_record.gateway.reservations import Reservations
 from forge_record.gateway.service import Gateway
 from forge_record.gateway.upstreams import Upstreams
 from forge_record.store import gateway as gateway_rows
 from forge_record.store import open_store
+from forge_record.store.store import StoreUnavailable
 
 
 def test_a_call_names_its_session_by_path_then_header_then_token():
@@ -189,3 +194,149 @@ def test_known_sessions_are_bounded():
     assert len(known) == 3 and known.fresh("d0") is None and known.fresh("d4") is not None
     known.forget("s4")
     assert known.fresh("d4") is None and known.any_age("d3") == {"session_id": "s3"}
+
+
+# --- numbers reserved as calls start (gateway.reservations) ---------------------------------
+
+
+class Writer:
+    """The writer process's part the gateway uses: numbered exchanges are stored at once,
+    unnumbered ones only noted (a real writer numbers them as it writes them)."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.got: list[tuple[int, bool]] = []  # (seq, numbered), in the order handed over
+        self.handed = threading.Semaphore(0)
+
+    def submit_exchange(self, session_id, exchange, numbered=True) -> None:
+        if numbered:
+            self.store.add_exchange(session_id, exchange)
+        self.got.append((exchange.seq, numbered))
+        self.handed.release()
+
+    def wait(self, n: int) -> list[tuple[int, bool]]:
+        for _ in range(n):
+            assert self.handed.acquire(timeout=30), self.got
+        return self.got
+
+
+class Unreachable:
+    """A store whose writes fail as an unreachable database's do, while `down` is set."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.down = False
+
+    def transaction(self, doing):
+        if self.down:
+            raise StoreUnavailable(f"cannot {doing}: the store is down")
+        return self.store.transaction(doing)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+@pytest.fixture
+def numbering(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/n.db")
+    flaky = Unreachable(store)
+    writer = Writer(store)
+    gw = Gateway(flaky, writer=writer, upstreams=Upstreams(["http://127.0.0.1:9"]),
+                 admin_token="adm", public_url="http://gw")
+    _, session = gw.create("claude-code", {}, {}, None)
+    yield gw, session["id"], writer, flaky
+    gw.close()
+    store.close()
+
+
+def a_flow(gw, sid):
+    """What GatewayAddon._route puts on a flow: its reservations and its sink. Here each
+    start waits until its number is given (or refused), so numbers follow the test's order
+    (calls that start at the same moment take theirs in any order)."""
+
+    def reserve():
+        reserved = gw.reserve(sid)
+        if reserved is not None:
+            futures.wait([reserved], timeout=30)
+        return reserved
+
+    reservations = Reservations(reserve)
+    return reservations, gw.sink_for(sid, reservations)
+
+
+def test_a_call_keeps_the_number_reserved_as_it_started(numbering):
+    gw, sid, writer, _ = numbering
+    first, first_sink = a_flow(gw, sid)
+    second, second_sink = a_flow(gw, sid)
+    first.started()
+    second.started()
+    second_sink(make_exchange())  # the second call ends first: its number is still 2
+    assert writer.wait(1) == [(2, True)]
+    assert gw.missing_calls(sid) == [1]  # in flight: numbered, not stored
+    first_sink(make_exchange())
+    assert writer.wait(1) == [(2, True), (1, True)]
+    assert gw.missing_calls(sid) == []
+
+
+def test_an_extra_record_of_a_call_is_numbered_as_it_ends(numbering):
+    """A bridged call gives two records (the engine's first) for the one call it started."""
+    gw, sid, writer, _ = numbering
+    bridged, bridged_sink = a_flow(gw, sid)
+    other, other_sink = a_flow(gw, sid)
+    bridged.started()
+    other.started()
+    third, _ = a_flow(gw, sid)
+    third.started()  # and a third call starts on another flow
+    engine, agent = make_exchange(kind="engine"), make_exchange()
+    bridged_sink(engine)
+    assert writer.wait(1) == [(1, True)]  # the engine's record takes the reservation
+    bridged_sink(agent)
+    assert writer.wait(1) == [(1, True), (4, True)]  # the agent's, the next number at its end
+    assert len(bridged) == 0
+    other_sink(make_exchange())
+    writer.wait(1)
+    assert gw.missing_calls(sid) == [3]  # the third call has not ended
+
+
+def test_a_flows_records_reach_the_writer_in_the_order_it_gave_them(numbering):
+    """The engine's record of a bridged call waits for its reservation; the agent's record
+    after it must not overtake it (bridge.pairs reads the engine's first)."""
+    gw, sid, writer, _ = numbering
+    slow = futures.Future()  # a reservation still on its way to the store
+    flow = Reservations(lambda: slow)
+    sink = gw.sink_for(sid, flow)
+    flow.started()
+    sink(make_exchange(kind="engine"))
+    sink(make_exchange())  # numbered as it ends: it could be handed over first
+    assert not writer.handed.acquire(timeout=0.5), writer.got  # both wait for the first
+    slow.set_result(7)
+    assert writer.wait(2) == [(7, True), (1, True)]
+
+
+def test_a_reservation_the_store_refused_leaves_the_call_to_the_writer(numbering):
+    gw, sid, writer, store = numbering
+    flow, sink = a_flow(gw, sid)
+    store.down = True
+    flow.started()
+    sink(make_exchange())
+    assert writer.wait(1) == [(0, False)]  # unnumbered: the writer numbers it (store.batch)
+    store.down = False
+    later, later_sink = a_flow(gw, sid)
+    later.started()  # from now on this replica lets the writer number the session's calls,
+    later_sink(make_exchange())  # so their order is the order the writer gets them
+    assert writer.wait(1) == [(0, False), (0, False)]
+    assert gw.missing_calls(sid) == []  # nothing was handed out, so nothing is missing
+
+
+def test_a_call_that_never_ends_is_missing_and_counted_by_finish(numbering, monkeypatch):
+    gw, sid, writer, _ = numbering
+    monkeypatch.setattr(service, "FLUSH_WAIT", 0.0)
+    done, done_sink = a_flow(gw, sid)
+    cut, _ = a_flow(gw, sid)
+    done.started()
+    cut.started()  # a killed replica's call: started, never handed over
+    done_sink(make_exchange())
+    writer.wait(1)
+    assert gw.missing_calls(sid) == [2]
+    assert gw.finish(sid, "done", 0)["missing_calls"] == 1
+    assert gw.describe(sid)["missing_calls"] == [2]

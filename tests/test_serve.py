@@ -104,6 +104,7 @@ def test_sdks_through_the_gateway_land_in_their_session(served, mock, db):
     assert gw.finish(o["id"], "done", 0)["already_finished"] is False
     claude_view, openai_view = gw.session(s["id"]), gw.session(o["id"])
     assert [c["seq"] for c in claude_view["calls"]] == [1, 2]
+    assert claude_view["missing_calls"] == openai_view["missing_calls"] == []
     assert all(c["dialect"] == "anthropic.messages" for c in claude_view["calls"])
     assert claude_view["keyed_by"] == "path" and openai_view["keyed_by"] == "token"
     assert [c["dialect"] for c in openai_view["calls"]] == ["openai.chat"] * 2

@@ -68,6 +68,8 @@ def test_three_real_clis_as_concurrent_rollouts(tmp_path):
             assert item["status"] == "done" and item["exit_code"] == 0
             assert item["harness"] == harness and item["tags"]["cli"] == harness
             view = gw.client.session(item["session_id"])
+            # a number is reserved only for a call that is recorded (not Codex's GET /models)
+            assert item["missing_calls"] == view["missing_calls"] == [], (harness, view)
             models = [c for c in view["calls"] if c["status"] == "complete"]
             assert len(models) >= 2, (harness, view["calls"])
             if harness == "codex":

@@ -97,6 +97,9 @@ def test_serve_bridges_a_claude_code_session_to_the_engine(tmp_path):
         records = list(store.iter_exchanges(s["id"]))
     agents = [r for r in records if r.kind == "model"]
     assert len(records) == 4 and len(agents) == 2
+    # each call's first record takes the number reserved as it started; the extra one (the
+    # agent's, handed over after the engine's) the next one as it ends: no gap is left
+    assert [r.seq for r in records] == [1, 2, 3, 4] and item["missing_calls"] == []
     assert all("bridged" in r.flags and r.response.tokens.ids for r in agents)
     [row] = item["tokens"]  # the second call's prompt extends the first: one row
     assert row["seqs"] == [r.seq for r in agents]

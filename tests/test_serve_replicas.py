@@ -1,7 +1,8 @@
 """Three `forge-record serve` replicas on one real Postgres, the client alternating between
 them (round robin): any replica serves any session, its calls numbered in one sequence, and
 they assemble into one ordered trajectory; a replica SIGKILLed mid-rollout costs the
-rollout nothing that had finished."""
+rollout nothing that had finished, and the call it had in flight is marked missing (HTTP
+and WebSocket alike)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from support import make_exchange, make_session
 
 from forge_record.client import GatewayClient
 from forge_record.mock import MockUpstream
+from forge_record.store import gateway as gateway_rows
 from forge_record.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -73,15 +75,8 @@ def responses_turn(replica: Served, session: dict, text: str, previous: str | No
     previous response's id (stored, as Codex's reconnects rely on); the new response's id."""
     client = openai.OpenAI(api_key=session["token"], max_retries=0,
                            base_url=f"{replica.url}/s/{session['id']}/v1")
-    chained = {"previous_response_id": previous} if previous else {}
     with client.responses.connect() as conn:
-        conn.response.create(model="gpt-5.4", store=True, **chained,
-                             input=[{"role": "user", "content": text}])
-        while True:
-            event = orjson.loads(conn.recv_bytes())
-            assert event["type"] != "error", event
-            if event["type"] == "response.completed":
-                return event["response"]["id"]
+        return ws_turn(conn, text, previous)
 
 
 def test_a_responses_chain_across_replicas_is_stitched(tmp_path, new_database):
@@ -130,6 +125,124 @@ def test_a_killed_replica_loses_nothing_finished(tmp_path, new_database):
         finally:
             for r in replicas:
                 r.stop()
+
+
+def test_a_call_in_flight_on_a_killed_replica_is_marked_missing(tmp_path, new_database):
+    """SIGKILL a replica while it streams a call (its first event reached the client, the
+    mock holds the rest): the rollout goes on through the other two and finishes; every other
+    call is stored, and the one cut off is marked by its number in `missing_calls`."""
+    url = new_database()
+    held = threading.Event()
+    with MockUpstream() as mock:
+        replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
+        try:
+            s = replicas[0].client.create_session("claude-code")
+            control = replicas[0].client
+            history: list[dict] = []
+            for n in range(3):
+                turn(client_at(replicas[n], s), history)
+            mock.options["hold"] = held
+            history.append({"role": "user", "content": "turn 3"})
+            with client_at(replicas[1], s).messages.stream(
+                    model="claude-test", max_tokens=64, messages=history) as stream:
+                events = iter(stream)
+                assert next(events).type == "message_start"  # the call is in flight on B
+                # its number was handed out as it started (in a worker thread, so wait)
+                wait_for(lambda: gaps(url, s["id"]) == ([4], 4), "the in-flight call's number")
+                replicas[1].proc.kill()
+                replicas[1].proc.wait()
+                with pytest.raises(Exception):  # noqa: B017 - cut off, as the library says it
+                    for _ in events:
+                        pass
+            held.set()
+            history.pop()  # the harness retries the turn, through another replica
+            for n in range(3, 6):
+                turn(client_at(replicas[0 if n % 2 else 2], s), history)
+            # every other call stored (the writers are niced: under load they may lag the
+            # finish's bounded wait), so the finish counts exactly the one cut off
+            wait_for(lambda: gaps(url, s["id"]) == ([4], 7), "the other calls")
+            assert replicas[2].client.finish(s["id"], "done", 0)["missing_calls"] == 1
+            view = control.session(s["id"])
+            assert [c["seq"] for c in view["calls"]] == [1, 2, 3, 5, 6, 7]
+            assert all(c["status"] == "complete" for c in view["calls"])
+            assert view["missing_calls"] == [4]
+            (item,) = control.trajectories()["items"]
+            assert item["missing_calls"] == [4]
+            (line,) = item["trajectories"]
+            assert [st["seq"] for st in line["steps"]] == [1, 2, 3, 5, 6, 7]
+        finally:
+            held.set()
+            for r in replicas:
+                r.stop()
+
+
+def test_a_websocket_turn_in_flight_on_a_killed_replica_is_marked_missing(tmp_path,
+                                                                          new_database):
+    """The same for Codex's Responses WebSocket: a number per turn, not per connection. The
+    killed replica's connection carried a finished turn (stored) and an open one (marked)."""
+    url = new_database()
+    held = threading.Event()
+    with MockUpstream() as mock:
+        replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
+        try:
+            s = replicas[0].client.create_session("codex")
+            control = replicas[0].client
+            previous = responses_turn(replicas[0], s, "turn 0", None)
+            client = openai.OpenAI(api_key=s["token"], max_retries=0,
+                                   base_url=f"{replicas[1].url}/s/{s['id']}/v1")
+            with client.responses.connect() as conn:
+                previous = ws_turn(conn, "turn 1", previous)  # done on B: stored as 2
+                mock.options["hold"] = held
+                conn.response.create(model="gpt-5.4", store=True, previous_response_id=previous,
+                                     input=[{"role": "user", "content": "turn 2"}])
+                created = orjson.loads(conn.recv_bytes())
+                assert created["type"] == "response.created"  # the turn is in flight on B
+                wait_for(lambda: gaps(url, s["id"]) == ([3], 3), "the in-flight turn's number")
+                replicas[1].proc.kill()
+                replicas[1].proc.wait()
+                with pytest.raises(Exception):  # noqa: B017 - cut off, as the library says it
+                    while True:
+                        conn.recv_bytes()
+            held.set()
+            del mock.options["hold"]
+            for n, replica in ((2, replicas[2]), (3, replicas[0])):  # retried elsewhere
+                previous = responses_turn(replica, s, f"turn {n}", previous)
+            wait_for(lambda: gaps(url, s["id"]) == ([3], 5), "the other turns")
+            assert replicas[2].client.finish(s["id"], "done", 0)["missing_calls"] == 1
+            view = control.session(s["id"])
+            assert [c["seq"] for c in view["calls"]] == [1, 2, 4, 5]
+            assert all(c["status"] == "complete" for c in view["calls"])
+            assert view["missing_calls"] == [3]
+            (item,) = control.trajectories()["items"]
+            assert item["missing_calls"] == [3]
+        finally:
+            held.set()
+            for r in replicas:
+                r.stop()
+
+
+def gaps(url: str, session_id: str) -> tuple[list[int], int]:
+    """The session's missing numbers and how many were handed out, read from the store (the
+    control API's describe is not polled while replicas write: it reads whole sessions)."""
+    store = open_store(url)
+    try:
+        with store.reading("gaps") as conn:
+            row = gateway_rows.get(conn, session_id) or {"calls": 0}
+            return gateway_rows.missing_calls(conn, session_id), row["calls"]
+    finally:
+        store.close()
+
+
+def ws_turn(conn, text: str, previous: str | None) -> str:
+    """One more turn on an open Responses WebSocket; the new response's id."""
+    chained = {"previous_response_id": previous} if previous else {}
+    conn.response.create(model="gpt-5.4", store=True, **chained,
+                         input=[{"role": "user", "content": text}])
+    while True:
+        event = orjson.loads(conn.recv_bytes())
+        assert event["type"] != "error", event
+        if event["type"] == "response.completed":
+            return event["response"]["id"]
 
 
 def test_a_store_outage_keeps_known_sessions_going_and_loses_nothing(tmp_path, relayed):

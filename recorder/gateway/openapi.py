@@ -18,6 +18,14 @@ def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any
 _STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 _ERROR = _obj({"error": _obj({"status": {"type": "integer"}, "message": {"type": "string"},
                               "field": {"type": "string"}}, ("status", "message"))})
+_MISSING = {"$ref": "#/components/schemas/MissingCalls"}
+_MISSING_CALLS = {
+    "type": "array", "items": {"type": "integer"},
+    "description": "numbers of the session's call sequence that no stored call has, in "
+                   "order ([] when none). A call takes its number as it starts, so these "
+                   "are calls a replica was carrying when it died (lost), calls still in "
+                   "flight (an open session), and calls spooled during a store outage (until "
+                   "the spool's replay stores them under that number). Read each time."}
 _SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
@@ -39,13 +47,24 @@ def document() -> dict[str, Any]:
                     "tags": _STR_MAP})
     finished = _obj({"id": {"type": "string"}, "already_finished": {"type": "boolean"},
                      "status": {"type": "string"}, "exit_code": {"type": ["integer", "null"]},
-                     "finish_seq": {"type": ["integer", "null"]}})
+                     "finish_seq": {"type": ["integer", "null"]},
+                     "missing_calls": {"type": "integer", "description":
+                                       "how many calls were still not stored when the "
+                                       "finish had waited (absent when none)"}})
+    session = _obj({"id": {"type": "string"}, "status": {"type": "string"},
+                    "calls": {"type": "array", "items": {"type": "object"}},
+                    "missing_calls": _MISSING,
+                    "threads": {"type": "array", "items": {"type": "object"}}})
+    trajectory = _obj({"cursor": {"type": "integer"}, "session_id": {"type": "string"},
+                       "missing_calls": _MISSING,
+                       "trajectories": {"type": "array", "items": {"type": "object"}},
+                       "tokens": {"type": "array", "items": {"type": "object"}}})
     return {
         "openapi": "3.1.0",
         "info": {"title": "forge-record gateway control API", "version": __version__},
         "components": {
             "securitySchemes": {"admin": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": _ERROR},
+            "schemas": {"Error": _ERROR, "MissingCalls": _MISSING_CALLS},
         },
         "security": [{"admin": []}],
         "paths": {
@@ -66,7 +85,7 @@ def document() -> dict[str, Any]:
             "/api/v1/sessions/{id}": {"get": {
                 "summary": "The session, its calls and lineage summary",
                 "parameters": [_SESSION_ID],
-                "responses": {"200": _json({"type": "object"}, "the session"),
+                "responses": {"200": _json(session, "the session"),
                               **_errors(401, 404)},
             }},
             "/api/v1/sessions/{id}/reward": {"post": {
@@ -98,7 +117,7 @@ def document() -> dict[str, Any]:
                     {"name": "wait", "in": "query", "schema": {"type": "integer"},
                      "description": "long poll: seconds to wait for one (at most 60)"},
                 ],
-                "responses": {"200": _json(_obj({"items": {"type": "array"},
+                "responses": {"200": _json(_obj({"items": {"type": "array", "items": trajectory},
                                                  "cursor": {"type": "integer"}}),
                                            "a page; pass `cursor` as `after` next; each "
                                            "item has its `trajectories` and, for calls "

@@ -4,7 +4,8 @@ A `Gateway` is one replica's handle on it: the store (control requests, session 
 exchange numbers), the writer process (exchanges, as in `forge-record run`), the upstreams
 and the secret that tokens are derived from. Nothing a session needs stays in this process,
 so any replica serves any call or control request of any session, and a replica that dies
-loses only the calls it was carrying.
+loses only the calls it was carrying, whose numbers (reserved as they started) stay behind as
+gaps: `missing_calls`.
 
 Every method here may wait on the database: the proxy calls them in a worker thread
 (`run`), never on its event loop. Errors a caller made raise `Refused` (an HTTP status and
@@ -19,7 +20,7 @@ import secrets
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from forge_record.exporters.units import load_session, threads
 from forge_record.gateway import keys
 from forge_record.gateway.env import session_env
 from forge_record.gateway.known import KnownSessions
+from forge_record.gateway.reservations import Reservations
 from forge_record.gateway.upstreams import Upstreams
 from forge_record.records import Exchange, Session
 from forge_record.store import gateway as rows
@@ -96,15 +98,32 @@ class Gateway:
 
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    def sink_for(self, session_id: str):
-        """The per-flow sink (addons.recorder.SINK) that stores exchanges in this session."""
+    def sink_for(self, session_id: str, reservations: Reservations | None = None):
+        """The per-flow sink (addons.recorder.SINK) that stores exchanges in this session,
+        each under the number reserved when its call started (the oldest one left), and
+        hands them to the writer in the order it got them (a bridged call's engine record
+        before the agent's: bridge.pairs relies on it)."""
+        last: Future | None = None  # this flow's latest delivery
 
         def sink(exchange: Exchange) -> None:
+            nonlocal last
+            reserved = reservations.take() if reservations is not None else None
             with self._lock:
                 self._delivering[session_id] = self._delivering.get(session_id, 0) + 1
-            self._pool.submit(self._deliver, session_id, exchange)
+            last = self._pool.submit(self._deliver, session_id, exchange, reserved, last)
 
         return sink
+
+    def reserve(self, session_id: str) -> Future | None:
+        """On the event loop, as a call starts: its number in the session's sequence, asked
+        of the store in a worker thread. None when this replica lets the writer number the
+        session's exchanges (after an outage, see _deliver) or is closing."""
+        if session_id in self._unnumbered:
+            return None
+        try:
+            return self._pool.submit(self._next_number, session_id)
+        except RuntimeError:  # the pool is shut down: the call is numbered as it ends
+            return None
 
     def pending(self) -> int:
         """Exchanges not yet handed to the writer."""
@@ -158,22 +177,28 @@ class Gateway:
 
     # --- exchanges -------------------------------------------------------------------------
 
-    def _deliver(self, session_id: str, exchange: Exchange) -> None:
-        """Number the exchange in its session's sequence (shared by all replicas) and hand it
-        to the writer process. When the store cannot number it now, it goes to the writer
-        unnumbered, and so does every later exchange of its session here (their order is the
-        writer's order): the writer numbers each as it writes it, and while the store is down
-        it spools them, in order, and numbers them as it replays (store.batch). So nothing
-        waits in this process's memory alone: a replica killed during an outage leaves them
-        in its writer's spool, which its writer, or the next one for the store, replays."""
+    def _deliver(self, session_id: str, exchange: Exchange, reserved: Future | None,
+                 after: Future | None) -> None:
+        """Hand the exchange to the writer process under the number reserved when its call
+        started, or else under the session's next number now (shared by all replicas). When
+        the store cannot number it, it goes to the writer unnumbered, and so does every later
+        exchange of its session here (their order is the writer's order): the writer numbers
+        each as it writes it, and while the store is down it spools them, in order, and
+        numbers them as it replays (store.batch). So nothing waits in this process's memory
+        alone: a replica killed during an outage leaves them in its writer's spool, which its
+        writer, or the next one for the store, replays. `after` is the flow's delivery
+        before this one, waited for (as `reserved` is, see _reserved) to keep their order."""
         try:
-            if session_id not in self._unnumbered:
-                try:
-                    self._number(session_id, exchange)
-                    return
-                except StoreUnavailable:
-                    self._writer_numbers(session_id)
-            self.writer.submit_exchange(session_id, exchange, numbered=False)
+            if after is not None:
+                wait([after])
+            seq = self._reserved(session_id, reserved)
+            if seq is None and session_id not in self._unnumbered:
+                seq = self._numbered_now(session_id)
+            if seq is None:
+                self.writer.submit_exchange(session_id, exchange, numbered=False)
+            else:
+                exchange.seq = seq
+                self.writer.submit_exchange(session_id, exchange)
         except StoreError as e:
             self.lost += 1
             log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
@@ -185,10 +210,31 @@ class Gateway:
                 else:
                     del self._delivering[session_id]
 
-    def _number(self, session_id: str, exchange: Exchange) -> None:
+    def _reserved(self, session_id: str, reserved: Future | None) -> int | None:
+        """The number reserved at the call's start, waited for. This cannot deadlock the
+        pool: its workers take tasks in the order they were submitted, and the reservation
+        was submitted (as the call started) before this delivery (as it ended), so a worker
+        has taken it already and it waits on nothing in the pool. (The same holds for the
+        flow's earlier delivery, which waits only on tasks submitted before it.) None when
+        none was reserved, or the store could not."""
+        if reserved is None:
+            return None
+        try:
+            return reserved.result()
+        except StoreUnavailable:
+            self._writer_numbers(session_id)
+            return None
+
+    def _numbered_now(self, session_id: str) -> int | None:
+        try:
+            return self._next_number(session_id)
+        except StoreUnavailable:
+            self._writer_numbers(session_id)
+            return None
+
+    def _next_number(self, session_id: str) -> int:
         with self.store.transaction("number an exchange") as conn:
-            exchange.seq = rows.next_seq(conn, session_id)
-        self.writer.submit_exchange(session_id, exchange)
+            return rows.next_seq(conn, session_id)
 
     def _writer_numbers(self, session_id: str) -> None:
         with self._lock:
@@ -245,14 +291,17 @@ class Gateway:
         is still on its way here; how many are still missing."""
         deadline = time.monotonic() + FLUSH_WAIT
         while True:
-            with self.store.reading("count exchanges") as conn:
-                row = rows.get(conn, sid) or {"calls": 0}
-                missing = row["calls"] - rows.stored_calls(conn, sid)
+            missing = len(self.missing_calls(sid))
             with self._lock:  # not yet in the writer's hands
                 on_way = self._delivering.get(sid, 0)
-            if (missing <= 0 and not on_way) or time.monotonic() > deadline:
-                return max(missing, 0) + on_way
+            if (not missing and not on_way) or time.monotonic() > deadline:
+                return missing + on_way
             time.sleep(_FLUSH_POLL)
+
+    def missing_calls(self, sid: str) -> list[int]:
+        """The session's numbers with no stored exchange (store.gateway.missing_calls)."""
+        with self.store.reading("find missing calls") as conn:
+            return rows.missing_calls(conn, sid)
 
     def describe(self, sid: str) -> dict[str, Any]:
         row = self._row(sid)
@@ -272,7 +321,7 @@ class Gateway:
                 "summary": {k: summary.get(k) for k in (
                     "calls", "side_calls", "tool_calls", "input_tokens", "output_tokens",
                     "model")},
-                "calls": calls, "threads": lineage}
+                "calls": calls, "missing_calls": self.missing_calls(sid), "threads": lineage}
 
     def trajectories(self, after: int, limit: int, group_id: str | None,
                      wait: float) -> dict[str, Any]:
@@ -301,7 +350,8 @@ class Gateway:
                 token_lines += tokens.thread_lines(data, thread, kept, tally)
         return {"cursor": row["finish_seq"], "session_id": sid, "harness": data.session.harness,
                 "metadata": row["meta"], "tags": data.session.tags, "reward": data.reward,
-                "label": data.label, **_finished(row), "trajectories": lines,
+                "label": data.label, **_finished(row),
+                "missing_calls": self.missing_calls(sid), "trajectories": lines,
                 "tokens": token_lines}
 
     def _row(self, sid: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import orjson
 from forge_record.content_encoding import decode_body
 
 TOOL_MARKER = "forge-record-e2e"
+HOLD_FOR = 120.0  # the longest a held stream waits (a test that forgot to release it)
 
 
 @dataclass
@@ -117,6 +118,15 @@ class MockUpstream:
             if method == request.method and matches(path):
                 return respond(self, request)
         return NOT_FOUND
+
+
+def hold(options: dict[str, Any]) -> None:
+    """Option "hold" (a threading.Event), for fault tests: a stream stops after its first
+    event until the event is set, so a test knows for sure that a call is in flight. Streamed
+    Messages (anthropic) and WebSocket Responses (openai_ws) answers obey it."""
+    gate = options.get("hold")
+    if gate is not None:
+        gate.wait(HOLD_FOR)
 
 
 def _handler_for(mock: MockUpstream) -> type[BaseHTTPRequestHandler]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import orjson
 
-from forge_record.mock import TOOL_MARKER, CutStream, MockUpstream, Received, Reply
+from forge_record.mock import TOOL_MARKER, CutStream, MockUpstream, Received, Reply, hold
 
 Script = Callable[[dict], dict]
 
@@ -190,13 +190,15 @@ def _messages(mock: MockUpstream, received: Received) -> Reply:
 
 def _paced(events: Iterator[bytes], options: dict) -> Iterator[bytes]:
     """Options for fault tests: "event_delay" seconds between events; "cut_after" N events,
-    then the connection drops as in an upstream reset."""
+    then the connection drops as in an upstream reset; "hold" (see mock.hold)."""
     delay, cut_after = options.get("event_delay", 0), options.get("cut_after")
     for n, event in enumerate(events):
         if cut_after is not None and n == cut_after:
             raise CutStream
         if delay:
             time.sleep(delay)
+        if n == 1:
+            hold(options)  # the first event is out: the call is in flight
         yield event
 
 

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from forge_record.mock import MockUpstream, Received
+from forge_record.mock import MockUpstream, Received, hold
 from forge_record.mock import openai as http_api
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -156,7 +156,9 @@ class _Socket:
         self.conn.contexts[response["id"]] = context + response["output"]
         if event.get("store"):
             self.conn.stored.add(response["id"])
-        for payload in frames(response, warm_up=event.get("generate") is False):
+        for n, payload in enumerate(frames(response, warm_up=event.get("generate") is False)):
+            if n == 1:
+                hold(mock.options)  # the first frame is out: the call is in flight
             self._send(TEXT, payload)
 
     def _earlier(self, mock: MockUpstream, response_id: str) -> list[dict] | None:
