@@ -64,7 +64,7 @@ def test_scale_bench_measures_every_command_on_a_tiny_store(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     runs = json.loads(out.read_text())["runs"]
     assert {r["exchanges"] for r in runs} == {200, 400}
-    assert len({r["command"] for r in runs}) == 8
+    assert len({r["command"] for r in runs}) == 9  # bench/scale.py commands(): `sessions` twice
     # every command ran (a failed one reports NaN) and its peak memory was read
     assert all(_finite(r["seconds"]) and r["rss_mb"] > 0 for r in runs), runs
 
