@@ -10,9 +10,11 @@ its hooks run first on every flow:
   dropped), its target set to the session's upstream, and the session's sink put on the
   flow (addons.recorder.SINK): from there the recorder records it as in `forge-record run`,
   streamed chunk by chunk, WebSocket frames included. Its call-start hook
-  (addons.recorder.STARTED) reserves each call's number in the session as the call starts
-  (one per HTTP call, one per WebSocket turn), so a call cut off by this replica's death
-  leaves a numbered gap (gateway.reservations).
+  (addons.recorder.STARTED) has the writer process reserve each call's number in the
+  session as the call starts (one per HTTP call, one per WebSocket turn), so a call cut off by
+  this replica's death leaves a numbered gap (gateway.reservations). No store transaction
+  runs in this process per call: its worker threads would take the GIL from the event loop
+  while it forwards (docs/BENCHMARKS.md, serve).
 - `request` answers the gateway's own endpoints: /healthz, /readyz, /metrics and the
   control API under /api/v1 (forge_record.gateway.api, in a worker thread).
 Nothing here raises into mitmproxy: a fault answers the call with a JSON error.
@@ -108,9 +110,9 @@ class GatewayAddon:
         keys.replace_credentials(req.headers, gw.upstream_key)
         req.scheme, req.host, req.port = upstream.scheme, upstream.host, upstream.port
         req.path = upstream.path + named.path
-        # Each call the recorders see start on this flow reserves its number then, in a
-        # worker thread; its exchange takes that number as it is stored (gateway.reservations).
-        reservations = Reservations(functools.partial(gw.reserve, resolved.session_id))
+        # Each call the recorders see start on this flow has its number reserved then, by
+        # the writer process; its exchange takes that number (gateway.reservations).
+        reservations = Reservations(functools.partial(gw.start_call, resolved.session_id))
         store_it = gw.sink_for(resolved.session_id, reservations)
 
         def sink(exchange) -> None:

@@ -15,7 +15,10 @@ the load ends (from /metrics). Not a timed test: numbers depend on the machine.
 earlier revision laid out as an installed package: recorder/ as forge_record, with addons/,
 store/ and harness_shims/ inside it), loaded in the same run. With `--rounds N` every
 configuration runs once per round, in an order rotated each round; figures are medians over
-rounds, ratios taken round by round.
+rounds, ratios taken round by round. With `--interleave` the configurations run at the same
+time instead: every round's calls of all of them are shuffled into one load, so a machine
+whose other load drifts (a shared 2-core box) weighs on each configuration alike; its
+calls/s is then the whole mix's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import random
 import re
 import statistics
 import subprocess
@@ -76,10 +80,28 @@ def load(targets: list[tuple[str, str]], calls: int, concurrency: int) -> dict:
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         results = list(pool.map(lambda t: one_call(*t), jobs))
+    return figures(results, time.perf_counter() - started)
+
+
+def mixed_load(targets: dict[str, list], calls: int, concurrency: int,
+               seed: int) -> dict[str, dict]:
+    """Every configuration's calls in one shuffled load."""
+    jobs = [(name, t) for name, ts in targets.items() for t in ts for _ in range(calls)]
+    random.Random(seed).shuffle(jobs)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda job: one_call(*job[1]), jobs))
     took = time.perf_counter() - started
+    return {name: figures([r for (n, _), r in zip(jobs, results, strict=True)
+                           if n == name], took,
+                          calls=len(jobs))
+            for name in targets}
+
+
+def figures(results: list, took: float, calls: int | None = None) -> dict:
     firsts, totals = sorted(r[0] for r in results), sorted(r[1] for r in results)
     events = sorted(e for r in results for e in r[2])
-    return {"calls": len(jobs), "calls_per_s": round(len(jobs) / took, 1),
+    return {"calls": len(results), "calls_per_s": round((calls or len(results)) / took, 1),
             "ttfb_median_ms": round(statistics.median(firsts) * 1000, 2),
             "ttfb_p90_ms": round(firsts[int(len(firsts) * 0.9)] * 1000, 2),
             "total_median_ms": round(statistics.median(totals) * 1000, 2),
@@ -108,10 +130,13 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--against", type=Path, help="an earlier revision's package directory")
+    p.add_argument("--interleave", action="store_true",
+                   help="run the configurations at once, their calls shuffled together")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     out: dict = {"sessions": args.sessions, "calls_per_session": args.calls,
                  "concurrency": args.concurrency, "rounds": args.rounds,
+                 "interleaved": args.interleave,
                  "model": "bench-40-5000-10"}
     with tempfile.TemporaryDirectory() as tmp:
         mock = subprocess.Popen([sys.executable, str(ROOT / "bench/mock_server.py")],
@@ -161,13 +186,16 @@ def main() -> None:
 
 
 def run_rounds(targets: dict[str, list], args) -> list[dict[str, dict]]:
-    """Each configuration once per round, the order rotated every round."""
+    """Each configuration once per round, the order rotated every round (or all at once)."""
     names = list(targets)
     rounds = []
     for n in range(args.rounds):
-        order = names[n % len(names):] + names[:n % len(names)]
-        rounds.append({name: load(targets[name], args.calls, args.concurrency)
-                       for name in order})
+        if args.interleave:
+            rounds.append(mixed_load(targets, args.calls, args.concurrency, seed=n))
+        else:
+            order = names[n % len(names):] + names[:n % len(names)]
+            rounds.append({name: load(targets[name], args.calls, args.concurrency)
+                           for name in order})
         print(f"round {n + 1}: " + json.dumps(rounds[-1]), file=sys.stderr)
     return rounds
 

@@ -64,7 +64,7 @@ from typing import IO
 from forge_record.errors import ForgeRecordError, StoreError
 from forge_record.lineage.tally import Tally
 from forge_record.records import Exchange, Session
-from forge_record.store.items import AddExchange, AddSession, EndSession, Item
+from forge_record.store.items import AddExchange, AddSession, EndSession, Item, StartCall
 from forge_record.store.sink import Counted, Counters, Sink
 
 log = logging.getLogger("forge_record")
@@ -121,6 +121,8 @@ class WriterProcess(Counted):
         self._inflight: deque[bytes] = deque()  # frames (partly) in the pipe, not acknowledged
         self._written_of_last = 0  # bytes of _inflight[-1] in the pipe so far
         self._backlog: deque[bytes] = deque()  # frames not begun, one item each
+        self.submitted = 0  # items submitted: an item's position is its number in this count
+        self._unsettled: deque[int] = deque()  # positions of the items in memory, oldest first
         self._held = 0  # bytes of _inflight and _backlog
         self._over_budget = False
         self._spooler: Spooler | None = None  # the proxy's own spool, while it has one
@@ -178,32 +180,51 @@ class WriterProcess(Counted):
     def submit_session(self, session: Session) -> None:
         self._submit(AddSession(session, os.getpid(), time.time()))
 
-    def submit_exchange(self, session_id: str, exchange: Exchange, numbered: bool = True) -> None:
-        """`numbered` False: the store numbers it as it is written (AddExchange)."""
-        self._submit(AddExchange(session_id, exchange, numbered))
+    def submit_exchange(self, session_id: str, exchange: Exchange, numbered: bool = True,
+                        call: str | None = None) -> int:
+        """`numbered` False: the store numbers it as it is written, with the number reserved
+        for `call` if it has one (AddExchange). Returns the item's position (`settled`)."""
+        return self._submit(AddExchange(session_id, exchange, numbered, call))
+
+    def submit_start(self, session_id: str, call: str) -> int:
+        """A `serve` call starts: the child reserves its number (StartCall)."""
+        return self._submit(StartCall(session_id, call))
 
     def submit_end(self, session_id: str, ended_at: float, exit_code: int | None,
                    harness_version: str | None = None) -> None:
         self._submit(EndSession(session_id, ended_at, exit_code, harness_version))
 
-    def _submit(self, item: Item) -> None:
+    def settled(self, position: int) -> bool:
+        """Whether the item submitted at `position`, and every one before it, is no longer
+        in this process's memory alone: stored, spooled, or counted as failed."""
+        with self._lock:
+            return not self._unsettled or self._unsettled[0] > position
+
+    def unsettled(self) -> int:
+        """How many items are in memory only (sent and not acknowledged, or not sent)."""
+        return len(self._unsettled)
+
+    def _submit(self, item: Item) -> int:
         if self._closed:
             if not self._broken or self._dead:  # a writer that never started has nothing
                 self.counters.dropped += 1
                 log.warning("forge-record: writer is closed, dropped an item")
-            return
+            return 0
         data = frame(item)
         with self._lock:
+            self.submitted += 1
             if self._spools(len(data)):
                 self._to_spool([item])
-                return
+                return self.submitted
             behind = bool(self._backlog) or self._broken  # the sender keeps the order
             self._backlog.append(data)
+            self._unsettled.append(self.submitted)
             self._held += len(data)
             if not behind:
                 self._drain_backlog()
             if self._backlog or self._dead:
                 self._wake.set()
+            return self.submitted
 
     def _spools(self, size: int) -> bool:
         """Under _lock: whether this item goes to the proxy's spool rather than to memory."""
@@ -313,6 +334,7 @@ class WriterProcess(Counted):
             frames = list(self._inflight) + self._unbegun()
             self._inflight.clear()
             self._backlog.clear()
+            self._unsettled.clear()
             self._held, self._written_of_last = 0, 0
             self._to_spool(_unpickled(frames))
             spooler, self._spooler = self._spooler, None
@@ -382,6 +404,7 @@ class WriterProcess(Counted):
                 if len(self._inflight) == 1 and self._written_of_last:
                     break  # still being written: the child cannot have it all
                 self._held -= len(self._inflight.popleft())
+                self._unsettled.popleft()
                 self._acked += 1
 
     # --- when the child cannot finish ------------------------------------------------------
@@ -393,6 +416,7 @@ class WriterProcess(Counted):
             frames = list(self._inflight) + self._unbegun()
             self._inflight.clear()
             self._backlog.clear()
+            self._unsettled.clear()
             self._held = 0
             if frames:
                 self._to_spool(_unpickled(frames))

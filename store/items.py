@@ -1,7 +1,8 @@
 """What the store writer is handed: the items of a write, one per thing that happened.
 
 A recorder adds a session, then its exchanges one by one as they finish, then ends the
-session. The same items travel through the writer's queue, the spool file and push, so each
+session; `serve` also says when each call starts (StartCall), so that its number is reserved
+then. The same items travel through the writer's queue, the spool file and push, so each
 is a small frozen value that pickles.
 """
 
@@ -23,10 +24,23 @@ class AddSession:
 class AddExchange:
     session_id: str
     exchange: Exchange
-    # False: the exchange takes its session's next number (store.batch.next_seq) when it is
-    # written, e.g. when replayed from the spool. `serve` hands exchanges over so while the
-    # store cannot number them: they wait in the spool, in order, never in memory alone.
+    # False: the exchange takes the number reserved for `call` (StartCall), or else its
+    # session's next number (store.batch.next_seq) when it is written. `serve` hands every
+    # exchange over so: the writer numbers it, whether the store answers now or the
+    # exchange waits in the spool, in order, never in memory alone.
     numbered: bool = True
+    call: str | None = None
+
+
+@dataclass(frozen=True)
+class StartCall:
+    """A `serve` call starts: the writer reserves its session's next number for it now
+    (store.batch), which the call's exchange takes when it comes (AddExchange.call). A call
+    that a killed replica was carrying never comes: its number stays a gap, a missing call.
+    `call` names the call uniquely across replicas and restarts."""
+
+    session_id: str
+    call: str
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,7 @@ class EndSession:
     harness_version: str | None = None
 
 
-Item = AddSession | AddExchange | EndSession
+Item = AddSession | AddExchange | EndSession | StartCall
 
 
 def describe(item: Item) -> str:
@@ -48,3 +62,5 @@ def describe(item: Item) -> str:
             return f"exchange {ex.seq} of session {sid}"
         case EndSession(session_id=sid):
             return f"end of session {sid}"
+        case StartCall(session_id=sid, call=call):
+            return f"start of call {call} of session {sid}"

@@ -41,7 +41,7 @@ from forge_record.records import (
 )
 from forge_record.store import compression
 from forge_record.store.batch import cleaned
-from forge_record.store.items import AddExchange, AddSession, EndSession, Item
+from forge_record.store.items import AddExchange, AddSession, EndSession, Item, StartCall
 
 log = logging.getLogger("forge_record")
 
@@ -205,13 +205,17 @@ def _encode(item: Item) -> bytes:
     match item:
         case AddSession(session=s, recorder_pid=pid, heartbeat_at=beat):
             head = {"kind": "session", "session": session_to_dict(s), "pid": pid, "beat": beat}
-        case AddExchange(session_id=sid, exchange=ex, numbered=numbered):
+        case AddExchange(session_id=sid, exchange=ex, numbered=numbered, call=call):
             ex = cleaned(ex)
             head = {"kind": "exchange", "session_id": sid, "exchange": exchange_to_dict(ex),
                     "request_size": len(ex.raw_request)}
             if not numbered:
                 head["unnumbered"] = True
+            if call is not None:
+                head["call"] = call
             bodies = ex.raw_request + ex.raw_response
+        case StartCall(session_id=sid, call=call):
+            head = {"kind": "start", "session_id": sid, "call": call}
         case EndSession(session_id=sid, ended_at=at, exit_code=code, harness_version=v):
             head = {"kind": "end", "session_id": sid, "ended_at": at, "exit_code": code,
                     "harness_version": v}
@@ -227,7 +231,10 @@ def _decode(payload: bytes) -> Item:
     if head["kind"] == "exchange":
         cut = head["request_size"]
         ex = exchange_from_dict(head["exchange"], bodies[:cut], bodies[cut:])
-        return AddExchange(head["session_id"], ex, not head.get("unnumbered", False))
+        return AddExchange(head["session_id"], ex, not head.get("unnumbered", False),
+                           head.get("call"))
+    if head["kind"] == "start":
+        return StartCall(head["session_id"], head["call"])
     return EndSession(head["session_id"], head["ended_at"], head["exit_code"],
                       head["harness_version"])
 

@@ -47,6 +47,7 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -394,8 +395,8 @@ class Writer(Counted):
             self._live.discard(item.session_id)
         elif isinstance(item, AddExchange) and self._prepare is not None:
             try:
-                return AddExchange(item.session_id,
-                                   self._prepare(item.session_id, item.exchange))
+                return dataclasses.replace(
+                    item, exchange=self._prepare(item.session_id, item.exchange))
             except Exception:
                 log.exception("forge-record: could not prepare %s; storing it as captured",
                               describe(item))

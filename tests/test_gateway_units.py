@@ -5,18 +5,18 @@ API's answers to bad input, and `serve`'s refusals to start."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import subprocess
 import sys
-import threading
-from concurrent import futures
+import time
 
 import pytest
 from mitmproxy.http import Headers
 from support import make_exchange
 
 from forge_record.commands.serve import DEFAULT_LISTEN, parse_listen
-from forge_record.errors import UsageError
+from forge_record.errors import StoreError, UsageError
 from forge_record.gateway import api, keys, service
 from forge_record.gateway.env import session_env
 from forge_record.gateway.known import KnownSessions
@@ -25,7 +25,7 @@ from forge_record.gateway.service import Gateway
 from forge_record.gateway.upstreams import Upstreams
 from forge_record.store import gateway as gateway_rows
 from forge_record.store import open_store
-from forge_record.store.store import StoreUnavailable
+from forge_record.store.items import AddExchange, EndSession, StartCall
 
 
 def test_a_call_names_its_session_by_path_then_header_then_token():
@@ -196,136 +196,135 @@ def test_known_sessions_are_bounded():
     assert known.fresh("d4") is None and known.any_age("d3") == {"session_id": "s3"}
 
 
-# --- numbers reserved as calls start (gateway.reservations) ---------------------------------
+# --- numbers reserved as calls start (gateway.reservations, store.batch) ---------------------
 
 
 class Writer:
-    """The writer process's part the gateway uses: numbered exchanges are stored at once,
-    unnumbered ones only noted (a real writer numbers them as it writes them)."""
+    """The writer process's part the gateway uses, writing each item into the store at once
+    (as the real one does a batch at a time), or holding them while `held`."""
 
     def __init__(self, store) -> None:
         self.store = store
-        self.got: list[tuple[int, bool]] = []  # (seq, numbered), in the order handed over
-        self.handed = threading.Semaphore(0)
+        self.items: list = []  # in the order handed over
+        self.held = False
 
-    def submit_exchange(self, session_id, exchange, numbered=True) -> None:
-        if numbered:
-            self.store.add_exchange(session_id, exchange)
-        self.got.append((exchange.seq, numbered))
-        self.handed.release()
+    def submit_start(self, session_id, call) -> int:
+        return self._submit(StartCall(session_id, call))
 
-    def wait(self, n: int) -> list[tuple[int, bool]]:
-        for _ in range(n):
-            assert self.handed.acquire(timeout=30), self.got
-        return self.got
+    def submit_exchange(self, session_id, exchange, numbered=True, call=None) -> int:
+        return self._submit(AddExchange(session_id, exchange, numbered, call))
 
+    def _submit(self, item) -> int:
+        self.items.append(item)
+        if not self.held:
+            self.store.write([item])
+        return len(self.items)
 
-class Unreachable:
-    """A store whose writes fail as an unreachable database's do, while `down` is set."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-        self.down = False
-
-    def transaction(self, doing):
-        if self.down:
-            raise StoreUnavailable(f"cannot {doing}: the store is down")
-        return self.store.transaction(doing)
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
+    def settled(self, position: int) -> bool:
+        return not self.held
 
 
 @pytest.fixture
 def numbering(tmp_path):
     store = open_store(f"sqlite:///{tmp_path}/n.db")
-    flaky = Unreachable(store)
     writer = Writer(store)
-    gw = Gateway(flaky, writer=writer, upstreams=Upstreams(["http://127.0.0.1:9"]),
+    gw = Gateway(store, writer=writer, upstreams=Upstreams(["http://127.0.0.1:9"]),
                  admin_token="adm", public_url="http://gw")
     _, session = gw.create("claude-code", {}, {}, None)
-    yield gw, session["id"], writer, flaky
+    yield gw, session["id"], writer, store
     gw.close()
     store.close()
 
 
 def a_flow(gw, sid):
-    """What GatewayAddon._route puts on a flow: its reservations and its sink. Here each
-    start waits until its number is given (or refused), so numbers follow the test's order
-    (calls that start at the same moment take theirs in any order)."""
-
-    def reserve():
-        reserved = gw.reserve(sid)
-        if reserved is not None:
-            futures.wait([reserved], timeout=30)
-        return reserved
-
-    reservations = Reservations(reserve)
+    """What GatewayAddon._route puts on a flow: its call-start hook and its sink."""
+    reservations = Reservations(functools.partial(gw.start_call, sid))
     return reservations, gw.sink_for(sid, reservations)
 
 
 def test_a_call_keeps_the_number_reserved_as_it_started(numbering):
-    gw, sid, writer, _ = numbering
+    gw, sid, writer, store = numbering
     first, first_sink = a_flow(gw, sid)
     second, second_sink = a_flow(gw, sid)
     first.started()
     second.started()
     second_sink(make_exchange())  # the second call ends first: its number is still 2
-    assert writer.wait(1) == [(2, True)]
+    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2]
     assert gw.missing_calls(sid) == [1]  # in flight: numbered, not stored
     first_sink(make_exchange())
-    assert writer.wait(1) == [(2, True), (1, True)]
+    assert sorted(ex.seq for ex in store.iter_exchanges(sid)) == [1, 2]
     assert gw.missing_calls(sid) == []
+    calls = [i.call for i in writer.items]
+    assert len(set(calls)) == 2 and calls == [calls[0], calls[1], calls[1], calls[0]]
 
 
-def test_an_extra_record_of_a_call_is_numbered_as_it_ends(numbering):
+def test_an_extra_record_of_a_call_is_numbered_as_it_is_written(numbering):
     """A bridged call gives two records (the engine's first) for the one call it started."""
-    gw, sid, writer, _ = numbering
+    gw, sid, writer, store = numbering
     bridged, bridged_sink = a_flow(gw, sid)
     other, other_sink = a_flow(gw, sid)
     bridged.started()
     other.started()
     third, _ = a_flow(gw, sid)
     third.started()  # and a third call starts on another flow
-    engine, agent = make_exchange(kind="engine"), make_exchange()
-    bridged_sink(engine)
-    assert writer.wait(1) == [(1, True)]  # the engine's record takes the reservation
-    bridged_sink(agent)
-    assert writer.wait(1) == [(1, True), (4, True)]  # the agent's, the next number at its end
-    assert len(bridged) == 0
+    bridged_sink(make_exchange(kind="engine"))  # the engine's record takes the reservation
+    bridged_sink(make_exchange())  # the agent's, the next number as it is written
+    assert len(bridged) == 0 and writer.items[-1].call is None
     other_sink(make_exchange())
-    writer.wait(1)
+    assert [ex.seq for ex in store.iter_exchanges(sid) if ex.kind == "engine"] == [1]
+    assert sorted(ex.seq for ex in store.iter_exchanges(sid)) == [1, 2, 4]
     assert gw.missing_calls(sid) == [3]  # the third call has not ended
 
 
 def test_a_flows_records_reach_the_writer_in_the_order_it_gave_them(numbering):
-    """The engine's record of a bridged call waits for its reservation; the agent's record
-    after it must not overtake it (bridge.pairs reads the engine's first)."""
     gw, sid, writer, _ = numbering
-    slow = futures.Future()  # a reservation still on its way to the store
-    flow = Reservations(lambda: slow)
-    sink = gw.sink_for(sid, flow)
-    flow.started()
-    sink(make_exchange(kind="engine"))
-    sink(make_exchange())  # numbered as it ends: it could be handed over first
-    assert not writer.handed.acquire(timeout=0.5), writer.got  # both wait for the first
-    slow.set_result(7)
-    assert writer.wait(2) == [(7, True), (1, True)]
-
-
-def test_a_reservation_the_store_refused_leaves_the_call_to_the_writer(numbering):
-    gw, sid, writer, store = numbering
     flow, sink = a_flow(gw, sid)
-    store.down = True
     flow.started()
-    sink(make_exchange())
-    assert writer.wait(1) == [(0, False)]  # unnumbered: the writer numbers it (store.batch)
-    store.down = False
-    later, later_sink = a_flow(gw, sid)
-    later.started()  # from now on this replica lets the writer number the session's calls,
-    later_sink(make_exchange())  # so their order is the order the writer gets them
-    assert writer.wait(1) == [(0, False), (0, False)]
-    assert gw.missing_calls(sid) == []  # nothing was handed out, so nothing is missing
+    engine, agent = make_exchange(kind="engine"), make_exchange()
+    sink(engine)
+    sink(agent)
+    assert [i.exchange for i in writer.items[1:]] == [engine, agent]
+
+
+def test_a_start_and_its_exchange_in_one_batch(numbering):
+    _, sid, _, store = numbering
+    store.write([StartCall(sid, "a"), StartCall(sid, "b"),
+                 AddExchange(sid, make_exchange(), numbered=False, call="b")])
+    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2]
+    store.write([AddExchange(sid, make_exchange(), numbered=False, call="a")])
+    assert sorted(ex.seq for ex in store.iter_exchanges(sid)) == [1, 2]
+
+
+def test_a_reservation_rolled_back_is_not_kept(numbering):
+    """A batch that fails takes its reservations with it: the call is numbered as it ends
+    (a number kept from a rolled-back transaction would be handed out twice)."""
+    gw, sid, _, store = numbering
+    with pytest.raises(StoreError):  # no such session: the batch fails
+        store.write([StartCall(sid, "a"), EndSession("no-such-session", 1.0, 0)])
+    store.write([StartCall(sid, "b")])  # takes 1: the first UPDATE was rolled back
+    store.write([AddExchange(sid, make_exchange(), numbered=False, call="a")])
+    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2]
+    assert gw.missing_calls(sid) == [1]
+
+
+def test_a_replay_reserves_nothing_and_numbers_the_call_as_written(numbering):
+    """A start read back from a spool comes after the store could not take it: the call is
+    numbered with its exchange, so a replay repeated is harmless."""
+    gw, sid, _, store = numbering
+    store.write([StartCall(sid, "a")], if_absent=True)
+    assert gw.missing_calls(sid) == []
+    replayed = AddExchange(sid, make_exchange(started_at=5.0), numbered=False, call="a")
+    store.write([replayed], if_absent=True)
+    store.write([StartCall(sid, "a"), replayed], if_absent=True)  # the same replay again
+    assert [ex.seq for ex in store.iter_exchanges(sid)] == [1] and gw.missing_calls(sid) == []
+
+
+def test_a_reservation_made_before_an_outage_is_kept_through_the_replay(numbering):
+    gw, sid, _, store = numbering
+    store.write([StartCall(sid, "a"), StartCall(sid, "b")])
+    # the store went away; the call's exchange was spooled, then replayed
+    store.write([AddExchange(sid, make_exchange(), numbered=False, call="b")], if_absent=True)
+    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2] and gw.missing_calls(sid) == [1]
 
 
 def test_a_call_that_never_ends_is_missing_and_counted_by_finish(numbering, monkeypatch):
@@ -336,7 +335,18 @@ def test_a_call_that_never_ends_is_missing_and_counted_by_finish(numbering, monk
     done.started()
     cut.started()  # a killed replica's call: started, never handed over
     done_sink(make_exchange())
-    writer.wait(1)
     assert gw.missing_calls(sid) == [2]
     assert gw.finish(sid, "done", 0)["missing_calls"] == 1
     assert gw.describe(sid)["missing_calls"] == [2]
+
+
+def test_finish_waits_for_what_the_writer_still_holds(numbering, monkeypatch):
+    gw, sid, writer, store = numbering
+    monkeypatch.setattr(service, "FLUSH_WAIT", 0.3)
+    flow, sink = a_flow(gw, sid)
+    writer.held = True  # the writer is behind: nothing of this call is stored yet
+    flow.started()
+    sink(make_exchange())
+    started = time.monotonic()
+    gw.finish(sid, "done", 0)
+    assert time.monotonic() - started >= 0.3  # it waited, for as long as it may

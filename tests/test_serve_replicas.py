@@ -285,7 +285,7 @@ def test_a_replica_killed_during_a_store_outage_loses_no_completed_call(tmp_path
             for _ in range(3):
                 turn(client_at(gw, s), history)
             # the exchanges are in the writer's hands (its pipe), none left in the gateway
-            wait_for(lambda: metric(gw, "forge_record_gateway_delivery_backlog") == 0,
+            wait_for(lambda: metric(gw, "forge_record_gateway_writer_unsettled") == 0,
                      "the gateway to hand its exchanges to the writer")
             gw.proc.kill()
             gw.proc.wait()

@@ -23,14 +23,16 @@ from forge_record.store import Writer, open_store
 from forge_record.store import gateway as gateway_rows
 from forge_record.store import spool as spooling
 from forge_record.store.engine import make_engine
-from forge_record.store.items import AddExchange, AddSession, EndSession
+from forge_record.store.items import AddExchange, AddSession, EndSession, StartCall
 from forge_record.store.spool import Spool
 from forge_record.store.store import fingerprint
 
 
 def items():
     return [AddSession(make_session("s"), 123, 4.5), AddExchange("s", make_exchange(1)),
-            AddExchange("s", make_exchange(2, raw_response=b"")), EndSession("s", 9.0, 0, "2.1")]
+            StartCall("s", "r-1"), AddExchange("s", make_exchange(2, raw_response=b""),
+                                               numbered=False, call="r-1"),
+            EndSession("s", 9.0, 0, "2.1")]
 
 
 def read_items(path: Path) -> list:
@@ -48,7 +50,7 @@ def test_items_read_back_and_a_torn_tail_is_ignored(tmp_path):
     assert read_items(path) == items()
     data = path.read_bytes()
     path.write_bytes(data[:-5])  # the recorder died inside the last frame
-    assert read_items(path) == items()[:3]
+    assert read_items(path) == items()[:4]
     first = len(spooling.MAGIC)
     second = first + 9 + int.from_bytes(data[first + 1 : first + 5], "big")
     assert data[second : second + 1] == b"F"  # damage the second frame's payload:

@@ -19,6 +19,7 @@ from support import SECRET, captured
 from forge_record.errors import StoreError
 from forge_record.records import Session
 from forge_record.store import Writer, default_store_url, open_store
+from forge_record.store import gateway as gateway_rows
 from forge_record.store.items import AddExchange
 from forge_record.writer_process import WriterProcess, frame, read_batches
 
@@ -141,6 +142,39 @@ def test_a_stalled_writer_never_blocks_a_submit_and_loses_nothing(tmp_path, home
     assert (writer.sent, writer.written, writer.dropped, writer.failed) == (61, 61, 0, 0)
     with open_store(url) as store:
         assert [e.seq for e in store.iter_exchanges("s")] == list(range(60))
+
+
+def test_serve_s_calls_are_numbered_by_the_child_as_they_started(tmp_path, home):
+    """`serve` hands over each call's start and its exchange, unnumbered (store.batch): the
+    child numbers calls in the order they started, and an item is `settled` only once the
+    child has it stored (here: not while the child is stopped)."""
+    url = default_store_url(tmp_path)
+    with open_store(url) as store, store.transaction("create") as conn:
+        gateway_rows.create(conn, Session(id="g", started_at=1.0), "frs_t", {})
+    writer = WriterProcess(url)
+    writer.ready()
+    os.kill(writer._proc.pid, signal.SIGSTOP)
+    try:
+        writer.submit_start("g", "r-1")
+        writer.submit_start("g", "r-2")
+        last = writer.submit_exchange("g", captured(0), numbered=False, call="r-2")
+        time.sleep(0.3)
+        assert not writer.settled(last) and writer.unsettled() == 3
+    finally:
+        os.kill(writer._proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while not writer.settled(last) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writer.settled(last) and writer.unsettled() == 0
+    with open_store(url) as store:
+        assert [e.seq for e in store.iter_exchanges("g")] == [2]  # the second call's
+        with store.reading("missing") as conn:
+            assert gateway_rows.missing_calls(conn, "g") == [1]  # the first is in flight
+    writer.submit_exchange("g", captured(0), numbered=False, call="r-1")
+    writer.close()
+    assert (writer.written, writer.failed) == (4, 0)
+    with open_store(url) as store:
+        assert sorted(e.seq for e in store.iter_exchanges("g")) == [1, 2]
 
 
 def test_the_reader_takes_whole_frames_in_batches_and_drops_a_torn_last_one(caplog):

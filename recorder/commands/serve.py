@@ -163,7 +163,8 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         # once the store is known to answer, before the proxy runs: no call waits on it
         engine_name, engine_model, gateway.engine_tags = engine.resolve(
             [u.url for u in ups.all])
-        metrics = Metrics(gateway.pending, lambda: len(writer._backlog), lambda: gateway.lost)
+        metrics = Metrics(writer.unsettled, lambda: len(writer._backlog),
+                          lambda: writer.failed + writer.dropped)
         # Calls without a session never reach a sink; those with one carry their own.
         recorder = Recorder(_unowned, record_any_host=True, engine=engine_name,
                             top_logprobs=engine.top_logprobs, engine_model=engine_model,
@@ -195,8 +196,7 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         writer.close()
         store.close()
     left = " · ".join(f"{n} {what}" for n, what in (
-        (writer.spooled, "spooled"), (writer.dropped + writer.failed, "NOT stored"),
-        (gateway.lost if gateway else 0, "lost")) if n)
+        (writer.spooled, "spooled"), (writer.dropped + writer.failed, "NOT stored")) if n)
     click.echo("forge-record serve: stopped" + (f" · {left}" if left else ""), err=True)
 
 

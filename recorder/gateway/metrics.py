@@ -6,9 +6,10 @@ to install. Names (all prefixed `forge_record_gateway_`):
 - `refused_total{code}`: calls refused before forwarding (401, 403, 409, 503)
 - `inflight`: calls and WebSocket connections being forwarded right now
 - `resolve_seconds`: time the gateway adds before forwarding (finding the session)
-- `delivery_backlog`: exchanges not yet numbered and handed to the writer process
+- `writer_unsettled`: items (calls' starts, exchanges) the writer process has not yet stored
+  or spooled
 - `writer_backlog`: items waiting for the writer process's pipe
-- `lost_total`: exchanges the store refused (logged); an unreachable store loses none (spooled)
+- `lost`: items the store refused (logged); an unreachable store loses none (spooled)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
-    def __init__(self, delivery_backlog: Callable[[], float],
+    def __init__(self, writer_unsettled: Callable[[], float],
                  writer_backlog: Callable[[], float], lost: Callable[[], float]) -> None:
         self.enabled = prom is not None
         if prom is None:
@@ -41,9 +42,10 @@ class Metrics:
                                       "Time added before forwarding (finding the session)",
                                       registry=self.registry)
         for metric, help_text, fn in (
-            ("delivery_backlog", "Exchanges not yet handed to the writer", delivery_backlog),
+            ("writer_unsettled", "Items the writer has not yet stored or spooled",
+             writer_unsettled),
             ("writer_backlog", "Items waiting for the writer process's pipe", writer_backlog),
-            ("lost", "Exchanges that could not be stored", lost),
+            ("lost", "Items that could not be stored", lost),
         ):
             prom.Gauge(name + metric, help_text, registry=self.registry).set_function(fn)
 

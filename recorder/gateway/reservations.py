@@ -1,36 +1,36 @@
-"""The numbers reserved for one flow's calls, oldest first.
+"""The calls one flow has started and not yet handed over, oldest first.
 
-`serve` numbers each call in its session's sequence as the call starts (Gateway.reserve: the
-UPDATE runs in the gateway's thread pool, the event loop only submits it), not as it ends. A
-call that a killed replica was carrying so leaves its number behind with no exchange: a gap,
-which reads as a missing call (store.gateway.missing_calls).
+`serve` numbers each call in its session's sequence as the call starts, not as it ends: the
+flow's call-start hook (addons.recorder.STARTED; once per HTTP call, once per Responses
+WebSocket turn) names the call and tells the writer process, which reserves the session's
+next number for it (store.items.StartCall). A call that a killed replica was carrying so
+leaves its number behind with no exchange: a gap, which reads as a missing call
+(store.gateway.missing_calls).
 
-A flow carries one call (HTTP) or one per turn (a Responses WebSocket), announced by the
-recorders through the flow's STARTED hook (addons.recorder). Its exchanges reach the sink in
-the order their calls started, so each takes the oldest reservation left. A flow that yields
-more exchanges than it started calls (a bridged call's engine record, kind "engine") has none
-left for the extra ones: those are numbered as they complete, as before.
+A flow's exchanges reach the sink in the order their calls started, so each is handed over
+under the oldest call name left. A flow that yields more exchanges than it started calls (a
+bridged call's engine record, kind "engine") has none left for the extra ones: the writer
+numbers those as it writes them.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 
 
 class Reservations:
-    def __init__(self, reserve: Callable[[], Future | None]) -> None:
-        self._reserve = reserve
-        self._held: deque[Future | None] = deque()
+    def __init__(self, start: Callable[[], str]) -> None:
+        self._start = start
+        self._held: deque[str] = deque()
 
     def started(self) -> None:
-        """On the event loop: a call of the flow starts; ask for its number."""
-        self._held.append(self._reserve())
+        """On the event loop: a call of the flow starts."""
+        self._held.append(self._start())
 
-    def take(self) -> Future | None:
-        """On the event loop: the oldest reservation not used yet, or None when there is
-        none (an extra exchange) or none was asked for."""
+    def take(self) -> str | None:
+        """On the event loop: the oldest started call not handed over yet, or None (an
+        extra exchange)."""
         return self._held.popleft() if self._held else None
 
     def __len__(self) -> int:

@@ -1,7 +1,7 @@
 """The gateway's state and operations. Everything that matters is in the store.
 
-A `Gateway` is one replica's handle on it: the store (control requests, session lookups,
-exchange numbers), the writer process (exchanges, as in `forge-record run`), the upstreams
+A `Gateway` is one replica's handle on it: the store (control requests, session lookups),
+the writer process (calls' starts and exchanges, numbered there: store.batch), the upstreams
 and the secret that tokens are derived from. Nothing a session needs stays in this process,
 so any replica serves any call or control request of any session, and a replica that dies
 loses only the calls it was carrying, whose numbers (reserved as they started) stay behind as
@@ -15,16 +15,16 @@ a message); a store that does not answer raises StoreError.
 from __future__ import annotations
 
 import hmac
+import itertools
 import logging
 import secrets
 import socket
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from forge_record.errors import StoreError
 from forge_record.exporters import tokens
 from forge_record.exporters.base import Options, Tally
 from forge_record.exporters.trajectories import trajectory
@@ -43,7 +43,7 @@ from forge_record.store.store import StoreUnavailable
 log = logging.getLogger("forge_record")
 
 FLUSH_WAIT = 15.0  # how long a finish waits for the session's exchanges to be stored
-MAX_UNNUMBERED = 100_000  # sessions remembered as numbered by the writer (oldest forgotten)
+MAX_TRACKED = 100_000  # sessions whose latest item finish may wait for (oldest forgotten)
 _FLUSH_POLL = 0.05
 WORKERS = 16  # threads for store work; the event loop only hands work to them
 
@@ -80,13 +80,11 @@ class Gateway:
         self._secret = admin_token
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="forge-record-gateway")
         self._lock = threading.Lock()
-        self._delivering: dict[str, int] = {}  # session -> exchanges handed to the pool
-        # Sessions whose exchanges this replica hands to the writer unnumbered (since the
-        # store could not number one): the writer numbers them in the order it gets them.
-        self._unnumbered: dict[str, None] = {}
+        self._replica = secrets.token_hex(6)  # call names: this replica's, then a count
+        self._calls = itertools.count(1)
+        self._latest: dict[str, int] = {}  # session -> writer position of its latest item
         # Sessions read lately: calls skip the store lookup, and go on through an outage.
         self.known = KnownSessions()
-        self.lost = 0  # exchanges the store refused (logged)
         self.draining = False
         self.engine_tags: dict[str, str] = {}  # every session's: the engine's name, version
 
@@ -99,40 +97,37 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def sink_for(self, session_id: str, reservations: Reservations | None = None):
-        """The per-flow sink (addons.recorder.SINK) that stores exchanges in this session,
-        each under the number reserved when its call started (the oldest one left), and
-        hands them to the writer in the order it got them (a bridged call's engine record
-        before the agent's: bridge.pairs relies on it)."""
-        last: Future | None = None  # this flow's latest delivery
+        """The per-flow sink (addons.recorder.SINK) that hands exchanges to the writer
+        process in this session, each under the call its flow started first (the oldest one
+        left), in the order it got them (a bridged call's engine record before the agent's:
+        bridge.pairs relies on it). The writer numbers them (store.batch): nothing here
+        waits on the store."""
 
         def sink(exchange: Exchange) -> None:
-            nonlocal last
-            reserved = reservations.take() if reservations is not None else None
-            with self._lock:
-                self._delivering[session_id] = self._delivering.get(session_id, 0) + 1
-            last = self._pool.submit(self._deliver, session_id, exchange, reserved, last)
+            call = reservations.take() if reservations is not None else None
+            self._track(session_id, self.writer.submit_exchange(
+                session_id, exchange, numbered=False, call=call))
 
         return sink
 
-    def reserve(self, session_id: str) -> Future | None:
-        """On the event loop, as a call starts: its number in the session's sequence, asked
-        of the store in a worker thread. None when this replica lets the writer number the
-        session's exchanges (after an outage, see _deliver) or is closing."""
-        if session_id in self._unnumbered:
-            return None
-        try:
-            return self._pool.submit(self._next_number, session_id)
-        except RuntimeError:  # the pool is shut down: the call is numbered as it ends
-            return None
+    def start_call(self, session_id: str) -> str:
+        """On the event loop, as a call starts: a name for it, unique across replicas, under
+        which the writer process reserves its number (store.items.StartCall)."""
+        call = f"{self._replica}-{next(self._calls)}"
+        self._track(session_id, self.writer.submit_start(session_id, call))
+        return call
 
-    def pending(self) -> int:
-        """Exchanges not yet handed to the writer."""
+    def _track(self, session_id: str, position: int) -> None:
+        """Remember the session's latest item in the writer's hands, for finish."""
         with self._lock:
-            return sum(self._delivering.values())
+            self._latest.pop(session_id, None)
+            self._latest[session_id] = position
+            if len(self._latest) > MAX_TRACKED:
+                del self._latest[next(iter(self._latest))]
 
     def close(self) -> None:
-        """Wait until every exchange is in the writer's hands (numbered or not: a store that
-        does not answer delays nothing here, store.deadline bounds each attempt)."""
+        """Wait for the control requests in the worker threads (exchanges are already in
+        the writer's hands: the sink hands them over on the event loop)."""
         self._pool.shutdown(wait=True)
 
     # --- auth ------------------------------------------------------------------------------
@@ -174,73 +169,6 @@ class Gateway:
             row = {**row, "keyed_by": named.how}
         self.known.remember(digest, row)
         return resolved
-
-    # --- exchanges -------------------------------------------------------------------------
-
-    def _deliver(self, session_id: str, exchange: Exchange, reserved: Future | None,
-                 after: Future | None) -> None:
-        """Hand the exchange to the writer process under the number reserved when its call
-        started, or else under the session's next number now (shared by all replicas). When
-        the store cannot number it, it goes to the writer unnumbered, and so does every later
-        exchange of its session here (their order is the writer's order): the writer numbers
-        each as it writes it, and while the store is down it spools them, in order, and
-        numbers them as it replays (store.batch). So nothing waits in this process's memory
-        alone: a replica killed during an outage leaves them in its writer's spool, which its
-        writer, or the next one for the store, replays. `after` is the flow's delivery
-        before this one, waited for (as `reserved` is, see _reserved) to keep their order."""
-        try:
-            if after is not None:
-                wait([after])
-            seq = self._reserved(session_id, reserved)
-            if seq is None and session_id not in self._unnumbered:
-                seq = self._numbered_now(session_id)
-            if seq is None:
-                self.writer.submit_exchange(session_id, exchange, numbered=False)
-            else:
-                exchange.seq = seq
-                self.writer.submit_exchange(session_id, exchange)
-        except StoreError as e:
-            self.lost += 1
-            log.error("forge-record: exchange of session %s not stored: %s", session_id, e)
-        finally:
-            with self._lock:
-                left = self._delivering[session_id] - 1
-                if left:
-                    self._delivering[session_id] = left
-                else:
-                    del self._delivering[session_id]
-
-    def _reserved(self, session_id: str, reserved: Future | None) -> int | None:
-        """The number reserved at the call's start, waited for. This cannot deadlock the
-        pool: its workers take tasks in the order they were submitted, and the reservation
-        was submitted (as the call started) before this delivery (as it ended), so a worker
-        has taken it already and it waits on nothing in the pool. (The same holds for the
-        flow's earlier delivery, which waits only on tasks submitted before it.) None when
-        none was reserved, or the store could not."""
-        if reserved is None:
-            return None
-        try:
-            return reserved.result()
-        except StoreUnavailable:
-            self._writer_numbers(session_id)
-            return None
-
-    def _numbered_now(self, session_id: str) -> int | None:
-        try:
-            return self._next_number(session_id)
-        except StoreUnavailable:
-            self._writer_numbers(session_id)
-            return None
-
-    def _next_number(self, session_id: str) -> int:
-        with self.store.transaction("number an exchange") as conn:
-            return rows.next_seq(conn, session_id)
-
-    def _writer_numbers(self, session_id: str) -> None:
-        with self._lock:
-            self._unnumbered[session_id] = None
-            if len(self._unnumbered) > MAX_UNNUMBERED:
-                del self._unnumbered[next(iter(self._unnumbered))]
 
     # --- the control API's operations ------------------------------------------------------
 
@@ -287,15 +215,17 @@ class Gateway:
         return answer
 
     def _wait_flushed(self, sid: str) -> int:
-        """Wait (bounded) until every exchange numbered for the session is stored and none
-        is still on its way here; how many are still missing."""
+        """Wait (bounded) until what this replica handed its writer for the session is
+        stored and every number handed out for it (by any replica) has its exchange; how
+        many numbers are still missing."""
         deadline = time.monotonic() + FLUSH_WAIT
+        with self._lock:
+            latest = self._latest.pop(sid, None)  # None: nothing handed over here
         while True:
             missing = len(self.missing_calls(sid))
-            with self._lock:  # not yet in the writer's hands
-                on_way = self._delivering.get(sid, 0)
-            if (not missing and not on_way) or time.monotonic() > deadline:
-                return missing + on_way
+            settled = latest is None or self.writer.settled(latest)
+            if (not missing and settled) or time.monotonic() > deadline:
+                return missing
             time.sleep(_FLUSH_POLL)
 
     def missing_calls(self, sid: str) -> list[int]:
