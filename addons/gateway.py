@@ -112,7 +112,8 @@ class GatewayAddon:
         req.path = upstream.path + named.path
         # Each call the recorders see start on this flow has its number reserved then, by
         # the writer process; its exchange takes that number (gateway.reservations).
-        reservations = Reservations(functools.partial(gw.start_call, resolved.session_id))
+        reservations = Reservations(functools.partial(gw.start_call, resolved.session_id,
+                                                      resolved.note))
         store_it = gw.sink_for(resolved.session_id, reservations)
 
         def sink(exchange) -> None:

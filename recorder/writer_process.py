@@ -11,9 +11,11 @@ the pipe are read, written and committed by this process after its parent is gon
 the end of its input and closes the writer, which writes everything it has).
 
 The child is `python -m forge_record.writer_process STORE_URL [--no-redact-bodies]
-[--chain-wait S] [--tally] [-v]` (`--chain-wait`: look a previous Responses answer up in the
-store, waiting at most S seconds for another writer to store it; `serve` sets it,
-store.responses; `--tally`: fold each session's usage as it writes, lineage.tally; `run` sets it):
+[--chain-wait S] [--tally] [--number-calls] [-v]` (`--chain-wait`: look a previous Responses
+answer up in the store, waiting at most S seconds for another writer to store it; `serve`
+sets it, store.responses; `--tally`: fold each session's usage as it writes, lineage.tally;
+`run` sets it; `--number-calls`: number `serve`'s calls as their starts are read,
+store.numbering; `serve` sets it):
 - its stdin carries items, each a 4-byte big-endian length and a pickle of a store Item;
 - on stdout it says `ready FINGERPRINT` once the store is open (or `error: MESSAGE` and
   exits 1); then `ack N` each time the first N items it was sent are taken care of
@@ -24,7 +26,8 @@ store.responses; `--tally`: fold each session's usage as it writes, lineage.tall
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
   reach it; it ends when its input does;
 - it lowers its own priority (SCHED_BATCH, NICENESS): recording must not take CPU from the
-  agent;
+  agent (with --number-calls only its writing thread does, and the reading thread, which
+  numbers calls, does not wait to gather);
 - it reads its input a batch at a time (GATHER) and writes each batch in one transaction.
 
 Nothing is lost when the child dies or stalls (docs/RELIABILITY.md). The proxy keeps every
@@ -64,7 +67,9 @@ from typing import IO
 from forge_record.errors import ForgeRecordError, StoreError
 from forge_record.lineage.tally import Tally
 from forge_record.records import Exchange, Session
+from forge_record.store import open_store
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item, StartCall
+from forge_record.store.numbering import CallNumbers
 from forge_record.store.sink import Counted, Counters, Sink
 
 log = logging.getLogger("forge_record")
@@ -104,12 +109,13 @@ class WriterProcess(Counted):
 
     def __init__(self, url: str, *, redact_bodies: bool = True, verbose: int = 0,
                  memory_budget: int = MEMORY_BUDGET, chain_wait: float | None = None,
-                 tally: bool = False) -> None:
+                 tally: bool = False, number_calls: bool = False) -> None:
         """`tally`: the child folds each session's usage as it writes and hands it back at
         close (`usage`), for a recorder of one session (`run`); a gateway's sessions are
         many and long, and their folds would grow without end."""
         self._argv = child_command(url, redact_bodies=redact_bodies, verbose=verbose,
-                                   chain_wait=chain_wait, tally=tally)
+                                   chain_wait=chain_wait, tally=tally,
+                                   number_calls=number_calls)
         self._redact_bodies = redact_bodies
         self._budget = memory_budget
         self.counters = Counters()
@@ -186,9 +192,9 @@ class WriterProcess(Counted):
         for `call` if it has one (AddExchange). Returns the item's position (`settled`)."""
         return self._submit(AddExchange(session_id, exchange, numbered, call))
 
-    def submit_start(self, session_id: str, call: str) -> int:
+    def submit_start(self, session_id: str, call: str, named_by: str | None = None) -> int:
         """A `serve` call starts: the child reserves its number (StartCall)."""
-        return self._submit(StartCall(session_id, call))
+        return self._submit(StartCall(session_id, call, named_by))
 
     def submit_end(self, session_id: str, ended_at: float, exit_code: int | None,
                    harness_version: str | None = None) -> None:
@@ -518,11 +524,13 @@ def _enlarge_pipe(fd: int) -> None:
 
 
 def child_command(url: str, *, redact_bodies: bool, verbose: int,
-                  chain_wait: float | None = None, tally: bool = False) -> list[str]:
+                  chain_wait: float | None = None, tally: bool = False,
+                  number_calls: bool = False) -> list[str]:
     argv = [sys.executable, "-m", "forge_record.writer_process", url]
     argv += [] if redact_bodies else ["--no-redact-bodies"]
     argv += ["--tally"] if tally else []
     argv += [] if chain_wait is None else ["--chain-wait", str(chain_wait)]
+    argv += ["--number-calls"] if number_calls else []
     return argv + ["-v"] * verbose
 
 
@@ -586,30 +594,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-redact-bodies", action="store_true")
     ap.add_argument("--chain-wait", type=float)
     ap.add_argument("--tally", action="store_true")
+    ap.add_argument("--number-calls", action="store_true")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
     from forge_record.logs import setup_logging
 
     setup_logging(args.verbose)
-    _step_back()
+    # With --number-calls this thread numbers `serve`'s calls as they start: it must keep
+    # up with them, so only the writing thread steps back (niceness is per thread).
+    if not args.number_calls:
+        _step_back()
     out = sys.stdout
     say = functools.partial(_say, out, threading.Lock())
     tally = Tally() if args.tally else None  # each session's usage (run's closing line)
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies,
                               on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait,
-                              tally=tally)
+                              tally=tally, on_start=_step_back if args.number_calls else None)
     except (ForgeRecordError, OSError) as e:
         say(f"error: {e}")
         return 1
     say(f"ready {writer.fingerprint}")
-    for items in read_batches(sys.stdin.fileno(), GATHER):
-        for item in items:
+    numbers = CallNumbers(functools.partial(open_store, args.url, recording=True)) \
+        if args.number_calls else None
+    for items in read_batches(sys.stdin.fileno(), 0.0 if numbers else GATHER):
+        for item in numbers.pass_through(items) if numbers else items:
             if item is None:
                 writer.skip()
             else:
                 writer.submit(item)
     writer.close()
+    if numbers is not None:
+        numbers.close()
     usage = {} if tally is None else {"usage": tally.figures()}
     say(json.dumps({**writer.counters.to_dict(), **usage}))
     return 0
@@ -649,7 +665,8 @@ def _preparer(redact_bodies: bool,
 
 
 def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None],
-                 chain_wait: float | None = None, tally: Tally | None = None):
+                 chain_wait: float | None = None, tally: Tally | None = None,
+                 on_start: Callable[[], None] | None = None):
     from forge_record.store import Writer
     from forge_record.store.responses import StoredResponses
 
@@ -658,7 +675,7 @@ def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], N
     if tally is not None:
         prepare = _tallied(prepare, tally)
     return Writer.open(url, prepare=prepare, on_durable=on_durable,
-                       max_bytes=CHILD_QUEUE_BYTES)
+                       max_bytes=CHILD_QUEUE_BYTES, on_start=on_start)
 
 
 def _tallied(prepare: Callable[[str, Exchange], Exchange], tally: Tally

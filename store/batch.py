@@ -20,18 +20,13 @@ it again.
 With `if_absent`, items already stored are skipped instead of failing (a session or an
 exchange with the same key): spool replay and push use it, so repeating them is harmless.
 
-`serve` numbers its calls here, in its writer process, so that no store transaction runs in
-the proxy's process. A call's start (StartCall) takes its session's next number from
-`gateway_sessions` (next_seq, the one sequence every replica numbers from) in the batch that
-carries it; the call's exchange (AddExchange.numbered False) takes that reservation when it
-comes, or, when this writer holds none for it, the session's next number then, in the
-transaction of its insert. Reservations are this object's memory, kept once their
-transaction commits. Replays (`if_absent`) reserve nothing: a start read back from the spool
-comes after the store could not take it, and numbering the call as its exchange is written
-keeps replays idempotent; a replayed exchange is known by its session, start time and URL
-instead of its number. So an exchange whose reservation this writer lost (a writer restarted
-between a call's start and end) is numbered at its end, and its reserved number reads as a
-missing call: the call is never lost, only marked twice.
+`serve`'s exchanges come numbered with the number their call took as it started
+(store.numbering), or unnumbered (AddExchange.numbered False): those take their session's next
+number from `gateway_sessions` (next_seq, the one sequence every replica numbers from) in the
+same transaction as their insert; replayed twice, such an exchange is known by its session,
+start time and URL instead of its number. A call's start (StartCall) reaches a batch only from
+a spool (the writer process numbers the starts it reads, store.numbering): it is too late to
+number anything then, so only how the call named its session is recorded.
 """
 
 from __future__ import annotations
@@ -73,9 +68,6 @@ FRESH_FOR = 600.0
 BEAT_EVERY = 30.0  # well under summary.STALE_AFTER
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _ENCODERS = 8  # sessions whose encoder is kept between batches
-# Reservations kept for calls still running; one past this is forgotten (its call, should it
-# end, is numbered then). Far above the calls one replica carries at once.
-MAX_RESERVED = 100_000
 _INSERT_EXCHANGE = exchanges.insert()
 
 
@@ -87,22 +79,15 @@ class Writes:
         self._fresh: dict[str, float] = {}
         self._beats: dict[str, float] = {}  # session -> last heartbeat written with a batch
         self._dictionaries: dict[str, tuple[int, bytes]] = {}  # harness -> (id, plain bytes)
-        self._reserved: OrderedDict[str, int] = OrderedDict()  # call -> its number, committed
-        self._batch_reserved: dict[str, int] = {}  # this transaction's, until it commits
-        self._batch_taken: set[str] = set()  # committed ones this transaction used
 
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
         now = time.time()
-        self._batch_reserved.clear()
-        self._batch_taken.clear()
         for item in items:
             if isinstance(item, AddSession):
                 _add_session(conn, item, if_absent)
-        if not if_absent:  # in the order the calls started
-            for item in items:
-                if isinstance(item, StartCall):
-                    self._batch_reserved[item.call] = next_seq(conn, item.session_id)
+            elif isinstance(item, StartCall) and item.named_by is not None:
+                note_named_by(conn, item.session_id, item.named_by)
         adds = [i for i in items if isinstance(i, AddExchange)]
         touched = self._add_exchanges(conn, adds, if_absent, now) if adds else set()
         for item in items:
@@ -115,21 +100,12 @@ class Writes:
         return touched
 
     def committed(self, touched: set) -> None:
-        self._reserved.update(self._batch_reserved)
-        for call in self._batch_taken:
-            self._reserved.pop(call, None)
-        while len(self._reserved) > MAX_RESERVED:
-            self._reserved.popitem(last=False)
-        self._batch_reserved.clear()
-        self._batch_taken.clear()
         now = time.time()
         self._fresh.update(dict.fromkeys(touched, now))
         if len(self._fresh) > 100_000:
             self._fresh = {k: t for k, t in self._fresh.items() if now - t < FRESH_FOR}
 
     def forget(self, session_ids: set[str]) -> None:
-        self._batch_reserved.clear()  # rolled back with their transaction
-        self._batch_taken.clear()
         for sid in session_ids:
             self._encoders.pop(sid, None)
             self._beats.pop(sid, None)
@@ -141,9 +117,7 @@ class Writes:
         for add in adds:
             ex = cleaned(add.exchange)
             if not add.numbered:
-                seq = self._reservation(add.call)
-                ex = dataclasses.replace(
-                    ex, seq=seq if seq is not None else next_seq(conn, add.session_id))
+                ex = dataclasses.replace(ex, seq=next_seq(conn, add.session_id))
             encoder = self._encoder(conn, add.session_id, ex)
             encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
         touched = self._store_blobs(conn, encoded, now)
@@ -157,17 +131,6 @@ class Writes:
                              .values(heartbeat_at=now))
                 self._beats.update(dict.fromkeys(ids, now))
         return touched
-
-    def _reservation(self, call: str | None) -> int | None:
-        """The number reserved when `call` started, taken; None if this writer holds none."""
-        if call is None:
-            return None
-        if call in self._batch_reserved:
-            return self._batch_reserved.pop(call)
-        if call in self._reserved and call not in self._batch_taken:
-            self._batch_taken.add(call)
-            return self._reserved[call]
-        return None
 
     def _encoder(self, conn: sa.Connection, session_id: str, ex: Exchange) -> SessionEncoder:
         enc = self._encoders.get(session_id)
@@ -304,6 +267,14 @@ def next_seq(conn: sa.Connection, session_id: str) -> int:
     if seq is None:
         raise SessionNotFound(f"no gateway session {session_id!r} to number an exchange in")
     return seq
+
+
+def note_named_by(conn: sa.Connection, session_id: str, how: str) -> None:
+    """Record how a `serve` session's calls name it (the first way seen stays)."""
+    conn.execute(gateway_sessions.update()
+                 .where(gateway_sessions.c.session_id == session_id,
+                        gateway_sessions.c.keyed_by.is_(None))
+                 .values(keyed_by=how))
 
 
 def _not_yet_stored(conn: sa.Connection, adds: list[AddExchange]) -> list[AddExchange]:

@@ -25,7 +25,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from forge_record.records import Session
-from forge_record.store.batch import Writes, next_seq  # noqa: F401 - one sequence, for serve
+from forge_record.store.batch import (  # noqa: F401 - the writer's, for serve
+    Writes,
+    next_seq,
+    note_named_by,
+)
 from forge_record.store.items import AddSession
 from forge_record.store.schema import exchanges, gateway_sessions
 
@@ -58,14 +62,6 @@ def by_token(conn: sa.Connection, token: str) -> dict[str, Any] | None:
     row = conn.execute(sa.select(gateway_sessions)
                        .where(gateway_sessions.c.token_hash == token_hash(token))).first()
     return None if row is None else row_dict(row)
-
-
-def note_keyed_by(conn: sa.Connection, session_id: str, how: str) -> None:
-    """Record how the session's calls name it (the first way seen stays)."""
-    conn.execute(gateway_sessions.update()
-                 .where(gateway_sessions.c.session_id == session_id,
-                        gateway_sessions.c.keyed_by.is_(None))
-                 .values(keyed_by=how))
 
 
 def missing_calls(conn: sa.Connection, session_id: str) -> list[int]:

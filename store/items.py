@@ -24,23 +24,26 @@ class AddSession:
 class AddExchange:
     session_id: str
     exchange: Exchange
-    # False: the exchange takes the number reserved for `call` (StartCall), or else its
-    # session's next number (store.batch.next_seq) when it is written. `serve` hands every
-    # exchange over so: the writer numbers it, whether the store answers now or the
-    # exchange waits in the spool, in order, never in memory alone.
+    # False: the exchange takes the number its `call` took as it started (StartCall,
+    # store.numbering), or else its session's next number (store.batch.next_seq) when it is
+    # written. `serve` hands every exchange over so: the writer numbers it, whether the store
+    # answers now or the exchange waits in the spool, in order, never in memory alone.
     numbered: bool = True
     call: str | None = None
 
 
 @dataclass(frozen=True)
 class StartCall:
-    """A `serve` call starts: the writer reserves its session's next number for it now
-    (store.batch), which the call's exchange takes when it comes (AddExchange.call). A call
+    """A `serve` call starts: the writer process takes its session's next number for it at
+    once (store.numbering), which the call's exchange gets when it comes (AddExchange.call). A call
     that a killed replica was carrying never comes: its number stays a gap, a missing call.
-    `call` names the call uniquely across replicas and restarts."""
+    `call` names the call uniquely across replicas and restarts; `named_by`, on the first
+    calls a replica sees of a session, how the call named it (path, header, token), which the
+    writer records on the session (the first way seen stays)."""
 
     session_id: str
     call: str
+    named_by: str | None = None
 
 
 @dataclass(frozen=True)

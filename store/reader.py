@@ -275,9 +275,12 @@ def read_session(conn: sa.Connection, session_id: str, raw: bool,
     """Every exchange of the session in seq order, streamed (`dictionaries`: see
     BlobReader)."""
     reader = SessionReader(conn, session_id, dictionaries)
+    # The rows first, then their segments: a writer committing meanwhile (another replica of
+    # `serve`, or this process's writer) only adds segments and manifests the rows do not
+    # name, never takes away one they do, whatever each statement's snapshot.
+    rows = conn.execute(_RAW_ROWS if raw else _ROWS, {"session_id": session_id})
     for segment in sorted(conn.scalars(_SEGMENTS, {"session_id": session_id})):
         reader.add_segment(segment)
-    rows = conn.execute(_RAW_ROWS if raw else _ROWS, {"session_id": session_id})
     for row in rows:
         frames = (row.raw_request, row.raw_response) if raw else None
         if row.layout == LAYOUT_RECORD:

@@ -214,8 +214,8 @@ def _encode(item: Item) -> bytes:
             if call is not None:
                 head["call"] = call
             bodies = ex.raw_request + ex.raw_response
-        case StartCall(session_id=sid, call=call):
-            head = {"kind": "start", "session_id": sid, "call": call}
+        case StartCall(session_id=sid, call=call, named_by=how):
+            head = {"kind": "start", "session_id": sid, "call": call, "named_by": how}
         case EndSession(session_id=sid, ended_at=at, exit_code=code, harness_version=v):
             head = {"kind": "end", "session_id": sid, "ended_at": at, "exit_code": code,
                     "harness_version": v}
@@ -234,7 +234,7 @@ def _decode(payload: bytes) -> Item:
         return AddExchange(head["session_id"], ex, not head.get("unnumbered", False),
                            head.get("call"))
     if head["kind"] == "start":
-        return StartCall(head["session_id"], head["call"])
+        return StartCall(head["session_id"], head["call"], head.get("named_by"))
     return EndSession(head["session_id"], head["ended_at"], head["exit_code"],
                       head["harness_version"])
 

@@ -16,7 +16,7 @@ from mitmproxy.http import Headers
 from support import make_exchange
 
 from forge_record.commands.serve import DEFAULT_LISTEN, parse_listen
-from forge_record.errors import StoreError, UsageError
+from forge_record.errors import UsageError
 from forge_record.gateway import api, keys, service
 from forge_record.gateway.env import session_env
 from forge_record.gateway.known import KnownSessions
@@ -25,7 +25,9 @@ from forge_record.gateway.service import Gateway
 from forge_record.gateway.upstreams import Upstreams
 from forge_record.store import gateway as gateway_rows
 from forge_record.store import open_store
-from forge_record.store.items import AddExchange, EndSession, StartCall
+from forge_record.store.items import AddExchange, StartCall
+from forge_record.store.numbering import CallNumbers
+from forge_record.store.store import StoreUnavailable
 
 
 def test_a_call_names_its_session_by_path_then_header_then_token():
@@ -201,15 +203,17 @@ def test_known_sessions_are_bounded():
 
 class Writer:
     """The writer process's part the gateway uses, writing each item into the store at once
-    (as the real one does a batch at a time), or holding them while `held`."""
+    (as the real one does a batch at a time) after its numbering stage (store.numbering), or
+    holding them while `held`."""
 
     def __init__(self, store) -> None:
         self.store = store
+        self.numbers = CallNumbers(lambda: store)
         self.items: list = []  # in the order handed over
         self.held = False
 
-    def submit_start(self, session_id, call) -> int:
-        return self._submit(StartCall(session_id, call))
+    def submit_start(self, session_id, call, named_by=None) -> int:
+        return self._submit(StartCall(session_id, call, named_by))
 
     def submit_exchange(self, session_id, exchange, numbered=True, call=None) -> int:
         return self._submit(AddExchange(session_id, exchange, numbered, call))
@@ -217,7 +221,9 @@ class Writer:
     def _submit(self, item) -> int:
         self.items.append(item)
         if not self.held:
-            self.store.write([item])
+            [numbered] = self.numbers.pass_through([item])
+            if numbered is not None:
+                self.store.write([numbered])
         return len(self.items)
 
     def settled(self, position: int) -> bool:
@@ -286,45 +292,71 @@ def test_a_flows_records_reach_the_writer_in_the_order_it_gave_them(numbering):
     assert [i.exchange for i in writer.items[1:]] == [engine, agent]
 
 
-def test_a_start_and_its_exchange_in_one_batch(numbering):
-    _, sid, _, store = numbering
-    store.write([StartCall(sid, "a"), StartCall(sid, "b"),
-                 AddExchange(sid, make_exchange(), numbered=False, call="b")])
-    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2]
-    store.write([AddExchange(sid, make_exchange(), numbered=False, call="a")])
+def test_how_a_session_is_named_is_recorded_by_the_writer_from_its_first_call(numbering):
+    """Resolving a call only reads the store: its start carries the way the call named its
+    session, which the writer records (the first way seen stays)."""
+    gw, sid, writer, store = numbering
+    token = keys.session_token("adm", sid)
+    named = keys.named(f"/s/{sid}/v1/messages", Headers(x_api_key=token))
+    resolved = gw.resolve(named)
+    assert resolved.note == "path" and gw.describe(sid)["keyed_by"] is None
+    flow = Reservations(functools.partial(gw.start_call, sid, resolved.note))
+    flow.started()
+    assert gw.describe(sid)["keyed_by"] == "path"
+    gw.known.ttl = 0.0
+    again = gw.resolve(keys.named("/v1/messages", Headers(x_api_key=token)))
+    assert again.note is None and again.how == "token"
+    store.write([StartCall(sid, "x", named_by="header")])
+    assert gw.describe(sid)["keyed_by"] == "path"
+
+
+def test_starts_read_together_are_numbered_in_their_order(numbering):
+    gw, sid, _, store = numbering
+    numbers = CallNumbers(lambda: store)
+    late = AddExchange(sid, make_exchange(), numbered=False, call="b")
+    first, second, numbered = numbers.pass_through([StartCall(sid, "a"), StartCall(sid, "b"),
+                                                    late])
+    assert first is second is None  # nothing left to write: handled (store.Writer.skip)
+    store.write([numbered])
+    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2] and gw.missing_calls(sid) == [1]
+
+
+def test_a_start_the_store_refuses_leaves_the_call_to_be_numbered_as_written(numbering):
+    """One start of a finished-and-gone session does not cost the others their numbers; a
+    call without one is numbered as its exchange is written."""
+    gw, sid, _, store = numbering
+    numbers = CallNumbers(lambda: store)
+    numbers.pass_through([StartCall("no-such-session", "x"), StartCall(sid, "a")])
+    [gone] = numbers.pass_through([AddExchange(sid, make_exchange(), numbered=False, call="x")])
+    [kept] = numbers.pass_through([AddExchange(sid, make_exchange(), numbered=False, call="a")])
+    assert not gone.numbered and (kept.numbered, kept.exchange.seq) == (True, 1)
+    store.write([kept, gone])
     assert sorted(ex.seq for ex in store.iter_exchanges(sid)) == [1, 2]
 
 
-def test_a_reservation_rolled_back_is_not_kept(numbering):
-    """A batch that fails takes its reservations with it: the call is numbered as it ends
-    (a number kept from a rolled-back transaction would be handed out twice)."""
+def test_an_unreachable_store_is_not_asked_again_until_the_retry(numbering):
     gw, sid, _, store = numbering
-    with pytest.raises(StoreError):  # no such session: the batch fails
-        store.write([StartCall(sid, "a"), EndSession("no-such-session", 1.0, 0)])
-    store.write([StartCall(sid, "b")])  # takes 1: the first UPDATE was rolled back
-    store.write([AddExchange(sid, make_exchange(), numbered=False, call="a")])
-    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2]
-    assert gw.missing_calls(sid) == [1]
+    opened = []
+
+    def unreachable():
+        opened.append(1)
+        raise StoreUnavailable("the store is down")
+
+    numbers = CallNumbers(unreachable, retry_every=60)
+    for n in range(3):
+        numbers.pass_through([StartCall(sid, f"c{n}")])
+    assert len(opened) == 1  # asked once: the calls after it wait on nothing
+    [item] = numbers.pass_through([AddExchange(sid, make_exchange(), numbered=False,
+                                               call="c0")])
+    assert not item.numbered  # numbered as it is written, once the store answers
 
 
-def test_a_replay_reserves_nothing_and_numbers_the_call_as_written(numbering):
-    """A start read back from a spool comes after the store could not take it: the call is
-    numbered with its exchange, so a replay repeated is harmless."""
+def test_a_start_read_back_from_a_spool_numbers_nothing(numbering):
+    """Starts reach a write only from a spool (the writer numbers those it reads): too late
+    to number anything, so only the way the call named its session is recorded."""
     gw, sid, _, store = numbering
-    store.write([StartCall(sid, "a")], if_absent=True)
-    assert gw.missing_calls(sid) == []
-    replayed = AddExchange(sid, make_exchange(started_at=5.0), numbered=False, call="a")
-    store.write([replayed], if_absent=True)
-    store.write([StartCall(sid, "a"), replayed], if_absent=True)  # the same replay again
-    assert [ex.seq for ex in store.iter_exchanges(sid)] == [1] and gw.missing_calls(sid) == []
-
-
-def test_a_reservation_made_before_an_outage_is_kept_through_the_replay(numbering):
-    gw, sid, _, store = numbering
-    store.write([StartCall(sid, "a"), StartCall(sid, "b")])
-    # the store went away; the call's exchange was spooled, then replayed
-    store.write([AddExchange(sid, make_exchange(), numbered=False, call="b")], if_absent=True)
-    assert [ex.seq for ex in store.iter_exchanges(sid)] == [2] and gw.missing_calls(sid) == [1]
+    store.write([StartCall(sid, "a", named_by="token")], if_absent=True)
+    assert gw.missing_calls(sid) == [] and gw.describe(sid)["keyed_by"] == "token"
 
 
 def test_a_call_that_never_ends_is_missing_and_counted_by_finish(numbering, monkeypatch):

@@ -147,7 +147,7 @@ def test_a_call_in_flight_on_a_killed_replica_is_marked_missing(tmp_path, new_da
                     model="claude-test", max_tokens=64, messages=history) as stream:
                 events = iter(stream)
                 assert next(events).type == "message_start"  # the call is in flight on B
-                # its number was handed out as it started (in a worker thread, so wait)
+                # its number was handed out as it started (by its writer process, so wait)
                 wait_for(lambda: gaps(url, s["id"]) == ([4], 4), "the in-flight call's number")
                 replicas[1].proc.kill()
                 replicas[1].proc.wait()

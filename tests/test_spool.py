@@ -30,9 +30,7 @@ from forge_record.store.store import fingerprint
 
 def items():
     return [AddSession(make_session("s"), 123, 4.5), AddExchange("s", make_exchange(1)),
-            StartCall("s", "r-1"), AddExchange("s", make_exchange(2, raw_response=b""),
-                                               numbered=False, call="r-1"),
-            EndSession("s", 9.0, 0, "2.1")]
+            AddExchange("s", make_exchange(2, raw_response=b"")), EndSession("s", 9.0, 0, "2.1")]
 
 
 def read_items(path: Path) -> list:
@@ -50,12 +48,22 @@ def test_items_read_back_and_a_torn_tail_is_ignored(tmp_path):
     assert read_items(path) == items()
     data = path.read_bytes()
     path.write_bytes(data[:-5])  # the recorder died inside the last frame
-    assert read_items(path) == items()[:4]
+    assert read_items(path) == items()[:3]
     first = len(spooling.MAGIC)
     second = first + 9 + int.from_bytes(data[first + 1 : first + 5], "big")
     assert data[second : second + 1] == b"F"  # damage the second frame's payload:
     path.write_bytes(data[: second + 20] + b"\x00" + data[second + 21 :])
     assert read_items(path) == items()[:1]
+
+
+def test_serve_s_call_starts_and_named_exchanges_read_back(tmp_path):
+    serve = [StartCall("g", "r-1", "path"), StartCall("g", "r-2"),
+             AddExchange("g", make_exchange(0), numbered=False, call="r-2")]
+    spool = Spool(tmp_path, "fp")
+    spool.append(serve)
+    path = spool.path
+    spool.close()
+    assert read_items(path) == serve
 
 
 def test_an_unnumbered_exchange_is_numbered_when_written_and_once_when_replayed(tmp_path,

@@ -149,7 +149,8 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
     from forge_record.writer_process import WriterProcess
 
     store = open_store(url)  # an unreachable store: one line, before anything starts
-    writer = WriterProcess(url, redact_bodies=redact, verbose=verbose, chain_wait=CHAIN_WAIT)
+    writer = WriterProcess(url, redact_bodies=redact, verbose=verbose, chain_wait=CHAIN_WAIT,
+                           number_calls=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -14,6 +14,7 @@ a message); a store that does not answer raises StoreError.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import itertools
 import logging
@@ -65,6 +66,9 @@ class Refused(Exception):
 class Resolved:
     session_id: str
     how: str
+    # how the call named its session, when the store has no way recorded yet: the call's
+    # start carries it to the writer, which records it (StartCall.named_by)
+    note: str | None = None
 
 
 class Gateway:
@@ -110,11 +114,11 @@ class Gateway:
 
         return sink
 
-    def start_call(self, session_id: str) -> str:
+    def start_call(self, session_id: str, named_by: str | None = None) -> str:
         """On the event loop, as a call starts: a name for it, unique across replicas, under
         which the writer process reserves its number (store.items.StartCall)."""
         call = f"{self._replica}-{next(self._calls)}"
-        self._track(session_id, self.writer.submit_start(session_id, call))
+        self._track(session_id, self.writer.submit_start(session_id, call, named_by))
         return call
 
     def _track(self, session_id: str, position: int) -> None:
@@ -163,9 +167,8 @@ class Gateway:
         if row is None:
             raise Refused(401, "unknown session token")
         resolved = _admit(row, named)
-        if row["keyed_by"] is None:
-            with self.store.transaction("note how a session is named") as conn:
-                rows.note_keyed_by(conn, row["session_id"], named.how)
+        if row["keyed_by"] is None:  # noted by the writer, from the call's start
+            resolved = dataclasses.replace(resolved, note=named.how)
             row = {**row, "keyed_by": named.how}
         self.known.remember(digest, row)
         return resolved
