@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from forge_record.identity import blob_key, blob_key_name
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s__%(column_0_N_name)s",
     "uq": "uq_%(table_name)s__%(column_0_N_name)s",
@@ -131,10 +133,24 @@ dictionaries = sa.Table(
     sa.Column("created_at", Timestamp, nullable=False),
 )
 
+class BlobName(sa.types.TypeDecorator):
+    """A blob name (`c1:` + 32 hex digits, identity.blob_name) kept as its 16 bytes (revision
+    0007): Python code binds and reads names, the database holds keys."""
+
+    impl = sa.LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: sa.Dialect) -> bytes | None:
+        return None if value is None else blob_key(value)
+
+    def process_result_value(self, value: bytes | None, dialect: sa.Dialect) -> str | None:
+        return None if value is None else blob_key_name(bytes(value))
+
+
 blobs = sa.Table(
     "blobs",
     metadata,
-    sa.Column("hash", sa.Text, primary_key=True),
+    sa.Column("hash", BlobName, primary_key=True),
     # No foreign key and no index: gc reads every row anyway, and on SQLite an index on it
     # would hold a second copy of every hash (~10% of a session's bytes).
     sa.Column("pack_id", sa.Integer, nullable=False),

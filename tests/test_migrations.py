@@ -284,3 +284,26 @@ def test_0006_kept_figures_are_dropped_by_its_downgrade_and_found_again(engine, 
         kept = conn.execute(sa.text("SELECT lineage, pack_groups FROM sessions")).one()
         assert tuple(kept) == (None, None)
         assert len(list(store.iter_exchanges("s", raw=True))) == 6
+
+
+def test_0007_blob_names_become_16_byte_keys_and_a_0006_store_reads_back(engine, url):
+    """A store at 0006 names blobs with 35 characters; 0007 keeps their 16 bytes, and every
+    exchange reads back byte for byte after the upgrade (and after going back to 0006)."""
+    sent = realistic_exchanges(12)
+    store_session(url, sent)
+    migrate.downgrade(engine, "0006")
+    with engine.connect() as conn:
+        names = conn.scalars(sa.text("SELECT hash FROM blobs")).all()
+    assert names and all(isinstance(n, str) and len(n) == 35 and n.startswith("c1:")
+                         for n in names)
+
+    migrate.upgrade(engine)
+
+    with engine.connect() as conn:
+        keys = conn.scalars(sa.text("SELECT hash FROM blobs")).all()
+    assert sorted(bytes(k) for k in keys) == sorted(bytes.fromhex(n[3:]) for n in names)
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+        assert store.get_exchange("s", 12, raw=True) == sent[11]
+        store.add_exchange("s", dataclasses.replace(sent[0], seq=13))
+        assert store.get_exchange("s", 13, raw=True) == dataclasses.replace(sent[0], seq=13)
