@@ -307,3 +307,22 @@ def test_0007_blob_names_become_16_byte_keys_and_a_0006_store_reads_back(engine,
         assert store.get_exchange("s", 12, raw=True) == sent[11]
         store.add_exchange("s", dataclasses.replace(sent[0], seq=13))
         assert store.get_exchange("s", 13, raw=True) == dataclasses.replace(sent[0], seq=13)
+
+
+def test_0007_postgres_keeps_compressed_columns_in_the_row(engine, url):
+    migrate.upgrade(engine)
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        storage = dict(conn.execute(sa.text(
+            "SELECT attrelid::regclass::text || '.' || attname, attstorage FROM pg_attribute "
+            "WHERE attname IN ('record', 'raw_request', 'raw_response', 'data') "
+            "AND attrelid IN ('exchanges'::regclass, 'packs'::regclass)")).all())
+        options = conn.scalars(sa.text("SELECT reloptions FROM pg_class WHERE relname IN "
+                                       "('exchanges', 'packs')")).all()
+    assert set(storage.values()) == {"e"} and len(storage) == 4
+    assert options == [["toast_tuple_target=8160"]] * 2
+    migrate.downgrade(engine, "0006")
+    with engine.connect() as conn:
+        assert conn.scalar(sa.text("SELECT attstorage FROM pg_attribute WHERE attname = "
+                                   "'raw_request' AND attrelid = 'exchanges'::regclass")) == "x"

@@ -1,4 +1,4 @@
-"""smaller rows: blob names as 16 bytes
+"""smaller rows: blob names as 16 bytes; Postgres keeps compressed columns in the row
 
 Revision ID: 0007
 Revises: 0006
@@ -11,6 +11,11 @@ primary key held them again in Postgres: ~50 KB of a 150-call session's 315 KB t
   the name for the code), bytea in Postgres, BLOB in SQLite. Postgres converts in place; SQLite
   copies the table (WITHOUT ROWID, no foreign key points at it) and renames the copy. The
   downgrade turns keys back into names the same way.
+- Postgres: exchanges.record, raw_request, raw_response and packs.data are zstd already, so
+  the columns are STORAGE EXTERNAL (never pglz-compressed: it only spent the server's CPU)
+  and the tables' toast_tuple_target is 8160 (a row goes to TOAST only when it would not fit
+  a page, not from 2 KB on: a 2-8 KB raw keyframe or pack cost a TOAST chunk, its index
+  entry and a pointer). Both apply to rows written from now on; nothing is rewritten.
 """
 
 from __future__ import annotations
@@ -25,9 +30,22 @@ branch_labels = None
 depends_on = None
 
 
+_COMPRESSED = {"exchanges": ("record", "raw_request", "raw_response"), "packs": ("data",)}
+
+
 def upgrade() -> None:
     blob_names(op, to_key=True)
+    if op.get_bind().dialect.name == "postgresql":
+        for table, columns in _COMPRESSED.items():
+            for column in columns:
+                op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL")
+            op.execute(f"ALTER TABLE {table} SET (toast_tuple_target = 8160)")
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        for table, columns in _COMPRESSED.items():
+            for column in columns:
+                op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTENDED")
+            op.execute(f"ALTER TABLE {table} RESET (toast_tuple_target)")
     blob_names(op, to_key=False)
