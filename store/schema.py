@@ -176,6 +176,8 @@ labels = sa.Table(
     sa.Column("tags", sa.JSON, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("updated_at", Timestamp, nullable=False),
+    # SQLite: keyed by the session id itself, not by a rowid and an index (revision 0007).
+    sqlite_with_rowid=False,
 )
 
 # Rollout sessions of `forge-record serve` (revision 0004, store.gateway): what any replica
@@ -199,4 +201,5 @@ gateway_sessions = sa.Table(
     sa.Column("finished_at", Timestamp),
     sa.Column("finish_seq", sa.Integer, unique=True),
     sa.Column("created_at", Timestamp, nullable=False),
+    sqlite_with_rowid=False,  # as labels (revision 0007)
 )

@@ -326,3 +326,41 @@ def test_0007_postgres_keeps_compressed_columns_in_the_row(engine, url):
     with engine.connect() as conn:
         assert conn.scalar(sa.text("SELECT attstorage FROM pg_attribute WHERE attname = "
                                    "'raw_request' AND attrelid = 'exchanges'::regclass")) == "x"
+
+
+def test_0007_sqlite_tables_keyed_by_session_lose_their_rowid_and_keep_their_rows(tmp_path):
+    url = default_store_url(tmp_path)
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0006")
+    rows = {
+        "sessions": "INSERT INTO sessions (id, argv, tags, started_at, record_version) "
+                    "VALUES ('s', '[]', '{}', 1.5, 1)",
+        "labels": "INSERT INTO labels VALUES ('s', 0.5, 'ok', '{\"a\": 1}', 1.5, 2.5)",
+        "gateway_sessions": "INSERT INTO gateway_sessions VALUES ('s', 'h', '{}', 'g', "
+                            "'header', 3, 'finished', 0, 9.5, 1, 1.5)",
+    }
+    with engine.begin() as conn:
+        for sql in rows.values():
+            conn.execute(sa.text(sql))
+
+    def state():
+        with sqlite3.connect(tmp_path / "traces.db") as conn:
+            return {t: (conn.execute(f"SELECT * FROM {t}").fetchall(),
+                        "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE "
+                                                        "name = ?", (t,)).fetchone()[0],
+                        sorted(n for (n,) in conn.execute(
+                            "SELECT name FROM sqlite_master WHERE type = 'index' AND "
+                            "tbl_name = ?", (t,))))
+                    for t in ("labels", "gateway_sessions")}
+
+    before = state()
+    migrate.upgrade(engine)
+    after = state()
+    assert {t: a[0] for t, a in after.items()} == {t: b[0] for t, b in before.items()}
+    assert not any(b[1] for b in before.values()) and all(a[1] for a in after.values())
+    assert "ix_gateway_sessions__group_id" in after["gateway_sessions"][2]
+    assert after["labels"][2] == []  # the key is the table
+    assert migrate.drift(engine) == []
+    migrate.downgrade(engine, "0006")
+    assert state() == before
+    engine.dispose()

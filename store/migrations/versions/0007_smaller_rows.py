@@ -1,4 +1,5 @@
-"""smaller rows: blob names as 16 bytes; Postgres keeps compressed columns in the row
+"""smaller rows: blob names as 16 bytes; Postgres keeps compressed columns in the row; SQLite's
+labels and gateway_sessions WITHOUT ROWID
 
 Revision ID: 0007
 Revises: 0006
@@ -16,10 +17,16 @@ primary key held them again in Postgres: ~50 KB of a 150-call session's 315 KB t
   and the tables' toast_tuple_target is 8160 (a row goes to TOAST only when it would not fit
   a page, not from 2 KB on: a 2-8 KB raw keyframe or pack cost a TOAST chunk, its index
   entry and a pointer). Both apply to rows written from now on; nothing is rewritten.
+- SQLite: `labels` and `gateway_sessions` are keyed by a session id, so they become WITHOUT
+  ROWID tables: no separate index beside the table for the key (one 4 KB page each in a
+  fresh store; a second copy of every key in a full one). They are copied and renamed, with
+  their indexes made again; no foreign key points at them. `sessions` stays as it is: copying
+  it would cascade-delete every exchange (see 0002).
 """
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
 
 from forge_record.store.migrations.blob_keys import blob_names
@@ -30,11 +37,15 @@ branch_labels = None
 depends_on = None
 
 
+_KEYED_BY_SESSION = ("labels", "gateway_sessions")
 _COMPRESSED = {"exchanges": ("record", "raw_request", "raw_response"), "packs": ("data",)}
 
 
 def upgrade() -> None:
     blob_names(op, to_key=True)
+    if op.get_bind().dialect.name == "sqlite":
+        for table in _KEYED_BY_SESSION:
+            _sqlite_rowid(table, keep=False)
     if op.get_bind().dialect.name == "postgresql":
         for table, columns in _COMPRESSED.items():
             for column in columns:
@@ -48,4 +59,27 @@ def downgrade() -> None:
             for column in columns:
                 op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTENDED")
             op.execute(f"ALTER TABLE {table} RESET (toast_tuple_target)")
+    if op.get_bind().dialect.name == "sqlite":
+        for table in _KEYED_BY_SESSION:
+            _sqlite_rowid(table, keep=True)
     blob_names(op, to_key=False)
+
+
+def _sqlite_rowid(table: str, keep: bool) -> None:
+    """Copy `table` into a rowid table (`keep`) or a WITHOUT ROWID one of the same columns
+    and constraints, and put the copy in its place with the same indexes."""
+    bind = op.get_bind()
+    found = sa.text("SELECT type, sql FROM sqlite_master WHERE tbl_name = :t AND sql IS NOT NULL")
+    rows = bind.execute(found, {"t": table}).all()
+    create = next(sql for kind, sql in rows if kind == "table")
+    columns = create[create.index("("):].strip()
+    if columns.upper().endswith("WITHOUT ROWID"):
+        columns = columns[: -len("WITHOUT ROWID")].rstrip()
+    copy = f"{table}_0007"
+    op.execute(f"CREATE TABLE {copy} {columns}" + ("" if keep else " WITHOUT ROWID"))
+    op.execute(f"INSERT INTO {copy} SELECT * FROM {table}")
+    op.execute(f"DROP TABLE {table}")
+    op.execute(f"ALTER TABLE {copy} RENAME TO {table}")
+    for kind, sql in rows:
+        if kind == "index":
+            op.execute(sql)
