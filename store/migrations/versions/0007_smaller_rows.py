@@ -1,5 +1,5 @@
 """smaller rows: blob names as 16 bytes; Postgres keeps compressed columns in the row; SQLite's
-labels and gateway_sessions WITHOUT ROWID
+labels and gateway_sessions WITHOUT ROWID; no exchanges.method and .url
 
 Revision ID: 0007
 Revises: 0006
@@ -22,6 +22,10 @@ primary key held them again in Postgres: ~50 KB of a 150-call session's 315 KB t
   fresh store; a second copy of every key in a full one). They are copied and renamed, with
   their indexes made again; no foreign key points at them. `sessions` stays as it is: copying
   it would cascade-delete every exchange (see 0002).
+- exchanges.method, exchanges.url: dropped. Every record holds both (layout 1's whole record,
+  layout 2's manifest); nothing sums or filters on them, and the same URL in every row cost
+  a 150-call session ~8 KB. Postgres drops them at once (the bytes go as rows are rewritten),
+  SQLite (>= 3.35) in place. The downgrade adds them back and fills them from the records.
 """
 
 from __future__ import annotations
@@ -51,9 +55,12 @@ def upgrade() -> None:
             for column in columns:
                 op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL")
             op.execute(f"ALTER TABLE {table} SET (toast_tuple_target = 8160)")
+    op.drop_column("exchanges", "url")
+    op.drop_column("exchanges", "method")
 
 
 def downgrade() -> None:
+    _method_and_url_from_records()
     if op.get_bind().dialect.name == "postgresql":
         for table, columns in _COMPRESSED.items():
             for column in columns:
@@ -83,3 +90,23 @@ def _sqlite_rowid(table: str, keep: bool) -> None:
     for kind, sql in rows:
         if kind == "index":
             op.execute(sql)
+
+
+def _method_and_url_from_records() -> None:
+    """exchanges.method and .url as 0006 had them, read back from every record."""
+    from forge_record.store import reader
+
+    bind = op.get_bind()
+    # NOT NULL, as 0006 had them; the default only covers the moment before the fill.
+    op.add_column("exchanges", sa.Column("method", sa.Text(), nullable=False, server_default=""))
+    op.add_column("exchanges", sa.Column("url", sa.Text(), nullable=False, server_default=""))
+    fill = sa.text("UPDATE exchanges SET method = :method, url = :url "
+                   "WHERE session_id = :s AND seq = :q")
+    for session_id in bind.scalars(sa.text("SELECT DISTINCT session_id FROM exchanges")).all():
+        rows = [{"method": ex.method, "url": ex.url, "s": session_id, "q": ex.seq}
+                for ex in reader.read_session(bind, session_id, raw=False)]
+        if rows:
+            bind.execute(fill, rows)
+    if bind.dialect.name == "postgresql":  # SQLite cannot drop a column default
+        for column in ("method", "url"):
+            op.alter_column("exchanges", column, server_default=None)
