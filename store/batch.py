@@ -50,7 +50,7 @@ from forge_record.redact.headers import SECRET_HEADERS
 from forge_record.redact.urls import redact_url
 from forge_record.store import dictionaries
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item
-from forge_record.store.reader import chunks, read_one
+from forge_record.store.reader import chunks
 from forge_record.store.schema import (
     LAYOUT_CONTENT,
     blobs,
@@ -275,6 +275,8 @@ def _unnumbered_not_yet_stored(conn: sa.Connection,
                                adds: list[AddExchange]) -> list[AddExchange]:
     """Those with no stored exchange of the same session, start time and URL (the URL is in
     the record only: the rows with that start time, nearly always none, are read)."""
+    from forge_record.store.reader import read_one
+
     out, seen = [], set()
     for a in adds:
         key = (a.session_id, a.exchange.started_at, redact_url(a.exchange.url))
