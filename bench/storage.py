@@ -166,7 +166,7 @@ def payload(store, session_id: str) -> dict[str, int]:
         keys = conn.scalar(sa.text("SELECT sum(length(hash)) + 24 * count(*) FROM blobs"))
         summary = conn.scalar(sa.text(
             "SELECT sum(length(dialect) + length(kind) + length(coalesce(model, '')) + "
-            "length(method) + length(url) + length(status) + length(CAST(flags AS TEXT)) + 64) "
+            "length(status) + length(CAST(flags AS TEXT)) + 64) "
             "FROM exchanges"))
     return {"manifests": one[0], "packs": packs, "blob keys and locations": keys,
             "summary columns": summary, "raw requests": one[1], "raw responses": one[2]}

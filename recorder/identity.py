@@ -16,6 +16,8 @@ Two names of canonical bytes, each with a prefix naming its scheme, so a future 
   chain hash at position k exactly when their first k messages are equal.
 - `blob_name(data)` is `"c1:"` + the first 128 bits of the sha256 of canonical bytes, in hex:
   the store's content-addressed blob names (docs/STORAGE.md). Stored names never change.
+  The store's `blobs` table keys a name by its 16 bytes (`blob_key`, revision 0007), and
+  `blob_key_name` gives the name back: the same name, 19 bytes shorter in every row and index.
 
 `local_hash` is the fast one, for identity within one running analysis only: it hashes
 orjson's own serialization, records' dataclasses included (in field order, without their
@@ -47,6 +49,18 @@ def content_hash(value: Any) -> str:
 def blob_name(data: bytes) -> str:
     """The store's name for canonical bytes (`canonical_json`'s)."""
     return BLOB_PREFIX + hashlib.sha256(data).hexdigest()[:32]
+
+
+def blob_key(name: str) -> bytes:
+    """The 16 bytes `name` (a `blob_name`) stands for; ValueError for any other string."""
+    if len(name) != len(BLOB_PREFIX) + 32 or not name.startswith(BLOB_PREFIX):
+        raise ValueError(f"not a blob name: {name!r}")
+    return bytes.fromhex(name[len(BLOB_PREFIX):])
+
+
+def blob_key_name(key: bytes) -> str:
+    """The inverse of blob_key."""
+    return BLOB_PREFIX + key.hex()
 
 
 def local_hash(value: Any) -> str:

@@ -286,13 +286,17 @@ def _not_yet_stored(conn: sa.Connection, adds: list[AddExchange]) -> list[AddExc
 
 def _unnumbered_not_yet_stored(conn: sa.Connection,
                                adds: list[AddExchange]) -> list[AddExchange]:
-    """Those with no stored exchange of the same session, start time and URL."""
+    """Those with no stored exchange of the same session, start time and URL (the URL is in
+    the record only: the rows with that start time, nearly always none, are read)."""
+    from forge_record.store.reader import read_one
+
     out, seen = [], set()
     for a in adds:
         key = (a.session_id, a.exchange.started_at, redact_url(a.exchange.url))
-        if key in seen or conn.scalar(sa.select(exchanges.c.seq).where(
-                exchanges.c.session_id == key[0], exchanges.c.started_at == key[1],
-                exchanges.c.url == key[2]).limit(1)) is not None:
+        if key in seen or any(
+                getattr(read_one(conn, key[0], seq, raw=False), "url", None) == key[2]
+                for seq in conn.scalars(sa.select(exchanges.c.seq).where(
+                    exchanges.c.session_id == key[0], exchanges.c.started_at == key[1]))):
             continue
         seen.add(key)
         out.append(a)
@@ -343,7 +347,7 @@ def _row(session_id: str, ex: Exchange, enc: Encoded) -> dict[str, Any]:
     response = ex.response or Response()
     return {
         "session_id": session_id,
-        **{k: getattr(ex, k) for k in ("seq", "dialect", "kind", "method", "url", "status")},
+        **{k: getattr(ex, k) for k in ("seq", "dialect", "kind", "status")},
         **{k: getattr(ex, k) for k in ("http_status", "started_at", "first_byte_at", "ended_at")},
         # What the agent asked for names the call even when no response came back.
         "model": (ex.request.model if ex.request else None) or response.model,

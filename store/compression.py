@@ -27,10 +27,13 @@ import orjson
 import zstandard
 
 LEVEL = 3  # zstd's own default: fast enough for the writer thread, ~4-10x on JSON bodies
-# Streams compress a few KB per piece. Level 6 made them ~5% smaller than 3 (bench/storage.py:
-# 286 against 294 KB for the 150-call session) at twice the CPU per piece (28 against 13 µs,
-# bench/writer_cost.py), and the writer's CPU is what the recorder costs the machine.
-STREAM_LEVEL = 3
+# Streams (manifests, packs) compress a few KB per piece. Level 9 against 3 (issue 21,
+# bench/storage.py, 150-call sessions): packs 139.0 -> 129.7 KB and manifests 24.6 -> 22.9 KB
+# for one session, 296.6 -> 287.1 KB a session in a 20-session Postgres store, for ~0.2 ms
+# more store CPU a call at 200 KB contexts (bench/writer_session.py --calls 1000
+# --compact-kb 360: 0.91 -> 1.11 ms). Level 12 saved 1.2 KB a session more for another
+# 0.13 ms; 6 was ~5% smaller than 3.
+STREAM_LEVEL = 9
 STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.segments.SEGMENT_BYTES) all stay in reach
 
 _local = threading.local()

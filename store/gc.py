@@ -38,7 +38,7 @@ from forge_record.errors import StoreError
 from forge_record.store import compression, content, dictionaries, kept
 from forge_record.store.batch import new_pack
 from forge_record.store.reader import BlobReader, chunks
-from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs, sessions
+from forge_record.store.schema import LAYOUT_RECORD, BlobName, blobs, exchanges, packs, sessions
 from forge_record.store.segments import spans
 from forge_record.store.store import Store
 from forge_record.store.summary import status
@@ -120,7 +120,7 @@ def _old_sessions(store: Store, cutoff: float, report: Report, now: float) -> li
 # one no remaining session names. So only deleted sessions' names are ever in question, and a
 # remaining session is decoded only while it may name an open candidate (its kept groups hold
 # one) or has no kept groups yet.
-_OPEN = sa.Table("forge_gc_open", sa.MetaData(), sa.Column("hash", sa.Text, primary_key=True),
+_OPEN = sa.Table("forge_gc_open", sa.MetaData(), sa.Column("hash", BlobName, primary_key=True),
                  sa.Column("group_id", sa.BigInteger), prefixes=["TEMPORARY"])
 _NAMED = sa.Table("forge_gc_named", sa.MetaData(),
                   sa.Column("group_id", sa.BigInteger, primary_key=True), prefixes=["TEMPORARY"])

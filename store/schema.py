@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from forge_record.identity import blob_key, blob_key_name
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s__%(column_0_N_name)s",
     "uq": "uq_%(table_name)s__%(column_0_N_name)s",
@@ -76,8 +78,8 @@ exchanges = sa.Table(
     sa.Column("dialect", sa.Text, nullable=False),
     sa.Column("kind", sa.Text, nullable=False),
     sa.Column("model", sa.Text),
-    sa.Column("method", sa.Text, nullable=False),
-    sa.Column("url", sa.Text, nullable=False),
+    # No `method` and `url` (dropped by revision 0007): nothing sums or filters on them, the
+    # record has both, and the same URL in every row cost a 150-call session ~8 KB.
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("http_status", sa.Integer),
     sa.Column("started_at", Timestamp, nullable=False),
@@ -131,10 +133,24 @@ dictionaries = sa.Table(
     sa.Column("created_at", Timestamp, nullable=False),
 )
 
+class BlobName(sa.types.TypeDecorator):
+    """A blob name (`c1:` + 32 hex digits, identity.blob_name) kept as its 16 bytes (revision
+    0007): Python code binds and reads names, the database holds keys."""
+
+    impl = sa.LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: sa.Dialect) -> bytes | None:
+        return None if value is None else blob_key(value)
+
+    def process_result_value(self, value: bytes | None, dialect: sa.Dialect) -> str | None:
+        return None if value is None else blob_key_name(bytes(value))
+
+
 blobs = sa.Table(
     "blobs",
     metadata,
-    sa.Column("hash", sa.Text, primary_key=True),
+    sa.Column("hash", BlobName, primary_key=True),
     # No foreign key and no index: gc reads every row anyway, and on SQLite an index on it
     # would hold a second copy of every hash (~10% of a session's bytes).
     sa.Column("pack_id", sa.Integer, nullable=False),
@@ -160,6 +176,8 @@ labels = sa.Table(
     sa.Column("tags", sa.JSON, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("updated_at", Timestamp, nullable=False),
+    # SQLite: keyed by the session id itself, not by a rowid and an index (revision 0007).
+    sqlite_with_rowid=False,
 )
 
 # Rollout sessions of `forge-record serve` (revision 0004, store.gateway): what any replica
@@ -183,4 +201,5 @@ gateway_sessions = sa.Table(
     sa.Column("finished_at", Timestamp),
     sa.Column("finish_seq", sa.Integer, unique=True),
     sa.Column("created_at", Timestamp, nullable=False),
+    sqlite_with_rowid=False,  # as labels (revision 0007)
 )

@@ -34,9 +34,9 @@ EXPECTED_COLUMNS = {
         "lineage", "pack_groups",
     ],
     "exchanges": [
-        "id", "session_id", "seq", "dialect", "kind", "model", "method", "url", "status",
-        "http_status", "started_at", "first_byte_at", "ended_at", "input_tokens",
-        "output_tokens", "cache_read_tokens", "cache_write_tokens", "tool_calls", "flags",
+        "id", "session_id", "seq", "dialect", "kind", "model", "status", "http_status",
+        "started_at", "first_byte_at", "ended_at", "input_tokens", "output_tokens",
+        "cache_read_tokens", "cache_write_tokens", "tool_calls", "flags",
         "record", "raw_request", "raw_response", "layout", "segment", "piece",
         "raw_request_size", "raw_response_size",
     ],
@@ -52,7 +52,8 @@ EXPECTED_COLUMNS = {
 }
 COLUMNS_0001 = {
     "sessions": EXPECTED_COLUMNS["sessions"][:-4],
-    "exchanges": EXPECTED_COLUMNS["exchanges"][:-5],
+    "exchanges": ["id", "session_id", "seq", "dialect", "kind", "model", "method", "url",
+                  *EXPECTED_COLUMNS["exchanges"][6:-5]],
     migrate.VERSION_TABLE: ["version_num"],
 }
 EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id",
@@ -179,11 +180,15 @@ def test_downgrading_0002_rewrites_every_exchange_as_0001_wrote_it(engine, url):
     migrate.downgrade(engine, "0001")
 
     assert migrate.current(engine) == "0001"
-    assert columns(engine) == COLUMNS_0001
+    # 0007's downgrade adds method and url back after the other columns.
+    assert {t: sorted(c) for t, c in columns(engine).items()} == {
+        t: sorted(c) for t, c in COLUMNS_0001.items()}
     with engine.connect() as conn:
         rows = conn.execute(sa.text(
-            "SELECT seq, record, raw_request, raw_response FROM exchanges ORDER BY seq")).all()
+            "SELECT seq, record, raw_request, raw_response, method, url FROM exchanges "
+            "ORDER BY seq")).all()
     assert [r.seq for r in rows] == [e.seq for e in sent]
+    assert [(r.method, r.url) for r in rows] == [(e.method, e.url) for e in sent]
     for row, ex in zip(rows, sent, strict=True):  # what 0001's code reads
         assert compression.unpack(row.record) == compression.orjson.loads(
             compression.orjson.dumps(exchange_to_dict(ex)))
@@ -284,3 +289,83 @@ def test_0006_kept_figures_are_dropped_by_its_downgrade_and_found_again(engine, 
         kept = conn.execute(sa.text("SELECT lineage, pack_groups FROM sessions")).one()
         assert tuple(kept) == (None, None)
         assert len(list(store.iter_exchanges("s", raw=True))) == 6
+
+
+def test_0007_blob_names_become_16_byte_keys_and_a_0006_store_reads_back(engine, url):
+    """A store at 0006 names blobs with 35 characters; 0007 keeps their 16 bytes, and every
+    exchange reads back byte for byte after the upgrade (and after going back to 0006)."""
+    sent = realistic_exchanges(12)
+    store_session(url, sent)
+    migrate.downgrade(engine, "0006")
+    with engine.connect() as conn:
+        names = conn.scalars(sa.text("SELECT hash FROM blobs")).all()
+    assert names and all(isinstance(n, str) and len(n) == 35 and n.startswith("c1:")
+                         for n in names)
+
+    migrate.upgrade(engine)
+
+    with engine.connect() as conn:
+        keys = conn.scalars(sa.text("SELECT hash FROM blobs")).all()
+    assert sorted(bytes(k) for k in keys) == sorted(bytes.fromhex(n[3:]) for n in names)
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+        assert store.get_exchange("s", 12, raw=True) == sent[11]
+        store.add_exchange("s", dataclasses.replace(sent[0], seq=13))
+        assert store.get_exchange("s", 13, raw=True) == dataclasses.replace(sent[0], seq=13)
+
+
+def test_0007_postgres_keeps_compressed_columns_in_the_row(engine, url):
+    migrate.upgrade(engine)
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        storage = dict(conn.execute(sa.text(
+            "SELECT attrelid::regclass::text || '.' || attname, attstorage FROM pg_attribute "
+            "WHERE attname IN ('record', 'raw_request', 'raw_response', 'data') "
+            "AND attrelid IN ('exchanges'::regclass, 'packs'::regclass)")).all())
+        options = conn.scalars(sa.text("SELECT reloptions FROM pg_class WHERE relname IN "
+                                       "('exchanges', 'packs')")).all()
+    assert set(storage.values()) == {"e"} and len(storage) == 4
+    assert options == [["toast_tuple_target=8160"]] * 2
+    migrate.downgrade(engine, "0006")
+    with engine.connect() as conn:
+        assert conn.scalar(sa.text("SELECT attstorage FROM pg_attribute WHERE attname = "
+                                   "'raw_request' AND attrelid = 'exchanges'::regclass")) == "x"
+
+
+def test_0007_sqlite_tables_keyed_by_session_lose_their_rowid_and_keep_their_rows(tmp_path):
+    url = default_store_url(tmp_path)
+    engine = make_engine(url)
+    migrate.upgrade(engine, "0006")
+    rows = {
+        "sessions": "INSERT INTO sessions (id, argv, tags, started_at, record_version) "
+                    "VALUES ('s', '[]', '{}', 1.5, 1)",
+        "labels": "INSERT INTO labels VALUES ('s', 0.5, 'ok', '{\"a\": 1}', 1.5, 2.5)",
+        "gateway_sessions": "INSERT INTO gateway_sessions VALUES ('s', 'h', '{}', 'g', "
+                            "'header', 3, 'finished', 0, 9.5, 1, 1.5)",
+    }
+    with engine.begin() as conn:
+        for sql in rows.values():
+            conn.execute(sa.text(sql))
+
+    def state():
+        with sqlite3.connect(tmp_path / "traces.db") as conn:
+            return {t: (conn.execute(f"SELECT * FROM {t}").fetchall(),
+                        "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE "
+                                                        "name = ?", (t,)).fetchone()[0],
+                        sorted(n for (n,) in conn.execute(
+                            "SELECT name FROM sqlite_master WHERE type = 'index' AND "
+                            "tbl_name = ?", (t,))))
+                    for t in ("labels", "gateway_sessions")}
+
+    before = state()
+    migrate.upgrade(engine)
+    after = state()
+    assert {t: a[0] for t, a in after.items()} == {t: b[0] for t, b in before.items()}
+    assert not any(b[1] for b in before.values()) and all(a[1] for a in after.values())
+    assert "ix_gateway_sessions__group_id" in after["gateway_sessions"][2]
+    assert after["labels"][2] == []  # the key is the table
+    assert migrate.drift(engine) == []
+    migrate.downgrade(engine, "0006")
+    assert state() == before
+    engine.dispose()

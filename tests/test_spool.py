@@ -88,6 +88,20 @@ def test_an_unnumbered_exchange_is_numbered_when_written_and_once_when_replayed(
     assert [(ex.seq, ex.started_at) for ex in stored] == [(2, 100.0), (3, 101.0), (4, 102.0)]
 
 
+def test_unnumbered_exchanges_at_one_start_time_are_told_apart_by_their_url(store):
+    """A replayed unnumbered exchange is known by its session, start time and URL; the URL is
+    in the record only (revision 0007), and two calls started at the same instant to
+    different URLs are both stored, once."""
+    with store.transaction("create") as conn:
+        gateway_rows.create(conn, make_session("g"), "frs_token", {})
+    both = [AddExchange("g", make_exchange(0, started_at=100.0, url=url), numbered=False)
+            for url in ("https://api.example/v1/messages", "https://api.example/v1/other")]
+    store.write(both, if_absent=True)
+    store.write(both, if_absent=True)
+    stored = list(store.iter_exchanges("g"))
+    assert sorted(ex.url for ex in stored) == sorted(a.exchange.url for a in both)
+
+
 def test_spool_files_are_private(tmp_path):
     directory = tmp_path / "spool"
     directory.mkdir(mode=0o755)  # as an older forge-record left it

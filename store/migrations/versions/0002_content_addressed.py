@@ -26,6 +26,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from forge_record.store.migrations.blob_keys import blob_names
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -69,6 +71,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # The reader below is today's, which looks blobs up by key (revision 0007's form).
+    blob_names(op, to_key=True)
     _rewrite_as_layout_1(op.get_bind())
     op.drop_table("blobs")
     op.drop_index(op.f("ix_packs__group_id"), table_name="packs")
