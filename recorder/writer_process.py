@@ -610,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         writer = _open_writer(args.url, redact_bodies=not args.no_redact_bodies,
                               on_durable=lambda n: say(f"ack {n}"), chain_wait=args.chain_wait,
-                              tally=tally, on_start=_step_back if args.number_calls else None)
+                              tally=tally, number_calls=args.number_calls)
     except (ForgeRecordError, OSError) as e:
         say(f"error: {e}")
         return 1
@@ -666,7 +666,7 @@ def _preparer(redact_bodies: bool,
 
 def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], None],
                  chain_wait: float | None = None, tally: Tally | None = None,
-                 on_start: Callable[[], None] | None = None):
+                 number_calls: bool = False):
     from forge_record.store import Writer
     from forge_record.store.responses import StoredResponses
 
@@ -674,8 +674,13 @@ def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], N
     prepare = _preparer(redact_bodies, lookup)
     if tally is not None:
         prepare = _tallied(prepare, tally)
+    if not number_calls:  # this thread gathers (read_batches) and steps back (main)
+        return Writer.open(url, prepare=prepare, on_durable=on_durable,
+                           max_bytes=CHILD_QUEUE_BYTES)
+    # The reading thread hands starts on at once; the writing thread gathers exchanges in
+    # its place, and it alone steps back.
     return Writer.open(url, prepare=prepare, on_durable=on_durable,
-                       max_bytes=CHILD_QUEUE_BYTES, on_start=on_start)
+                       max_bytes=CHILD_QUEUE_BYTES, gather=GATHER, on_start=_step_back)
 
 
 def _tallied(prepare: Callable[[str, Exchange], Exchange], tally: Tally
