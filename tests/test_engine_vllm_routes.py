@@ -82,5 +82,10 @@ def test_serve_detects_vllm_and_records_sdk_chat_tokens(vllm_url, tmp_path):  # 
     tokenized = json.loads(post(f"{vllm_url}/tokenize", {
         "model": "tiny", "messages": messages, "add_generation_prompt": True}))["tokens"]
     for ex in (one, two):
-        assert ex.flags == [] and ex.response.tokens.prompt_ids == tokenized
+        # The SDK closes a stream as soon as it reads `[DONE]`; on a loaded machine the
+        # engine's last bytes (the chunked body's end) can come after that, and the record
+        # then says the client hung up on a complete answer. Nothing else may be flagged.
+        assert ex.status == "complete"
+        assert set(ex.flags) <= {"aborted:Client disconnected."}, ex.flags
+        assert ex.response.tokens.prompt_ids == tokenized
         assert len(ex.response.tokens.ids) == len(ex.response.tokens.logprobs) > 0
