@@ -73,10 +73,7 @@ class CallNumbers:
         try:
             numbers = self._deadline.call("number calls", self._transaction, starts)
         except StoreUnavailable as e:
-            log.warning("forge-record: cannot number calls as they start (%s); numbering "
-                        "them as they are written", e)
-            self._store = None  # its connection may be the stuck one
-            self._down_until = time.monotonic() + self._retry_every
+            self._went_down(e)
             return
         except StoreError:
             numbers = self._one_by_one(starts)  # one refused (a session gone): not the rest
@@ -89,10 +86,19 @@ class CallNumbers:
         for start in starts:
             try:
                 numbers.update(self._deadline.call("number a call", self._transaction, [start]))
+            except StoreUnavailable as e:
+                self._went_down(e)
+                break
             except StoreError as e:
                 log.warning("forge-record: cannot number call %s of session %s: %s",
                             start.call, start.session_id, e)
         return numbers
+
+    def _went_down(self, error: StoreError) -> None:
+        log.warning("forge-record: cannot number calls as they start (%s); numbering them as "
+                    "they are written", error)
+        self._store = None  # its connection may be the stuck one
+        self._down_until = time.monotonic() + self._retry_every
 
     def _transaction(self, starts: list[StartCall]) -> dict[str, int]:
         if self._store is None:
