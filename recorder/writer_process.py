@@ -26,8 +26,8 @@ store.numbering; `serve` sets it):
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
   reach it; it ends when its input does;
 - it lowers its own priority (SCHED_BATCH, NICENESS): recording must not take CPU from the
-  agent (with --number-calls only its writing thread does, and the reading thread, which
-  numbers calls, does not wait to gather);
+  agent (not with --number-calls: then it numbers `serve`'s calls as they start, and its
+  reading thread does not wait to gather, its writing thread does);
 - it reads its input a batch at a time (GATHER) and writes each batch in one transaction.
 
 Nothing is lost when the child dies or stalls (docs/RELIABILITY.md). The proxy keeps every
@@ -600,8 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     from forge_record.logs import setup_logging
 
     setup_logging(args.verbose)
-    # With --number-calls this thread numbers `serve`'s calls as they start: it must keep
-    # up with them, so only the writing thread steps back (niceness is per thread).
+    # With --number-calls this process numbers `serve`'s calls as they start and must keep
+    # up with them (there is no agent on a gateway's machine to step back for).
     if not args.number_calls:
         _step_back()
     out = sys.stdout
@@ -678,9 +678,11 @@ def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], N
         return Writer.open(url, prepare=prepare, on_durable=on_durable,
                            max_bytes=CHILD_QUEUE_BYTES)
     # The reading thread hands starts on at once; the writing thread gathers exchanges in
-    # its place, and it alone steps back.
+    # its place. Neither steps back: a niced thread holding the GIL while the busy machine
+    # runs others would hold up the numbering thread behind it (a priority inversion that
+    # let consecutive calls over replicas swap numbers under load).
     return Writer.open(url, prepare=prepare, on_durable=on_durable,
-                       max_bytes=CHILD_QUEUE_BYTES, gather=GATHER, on_start=_step_back)
+                       max_bytes=CHILD_QUEUE_BYTES, gather=GATHER)
 
 
 def _tallied(prepare: Callable[[str, Exchange], Exchange], tally: Tally

@@ -102,7 +102,6 @@ class Writer(Counted):
         deadline: float | None = None,
         on_durable: Callable[[int], None] | None = None,
         spool_only: bool = False,
-        on_start: Callable[[], None] | None = None,
     ) -> None:
         """`store` may be None if it did not answer yet; then `opener` (called again every
         `retry_every` seconds) and `store_fingerprint` are needed. See Writer.open.
@@ -110,9 +109,7 @@ class Writer(Counted):
         transaction (a transaction of 16 small exchanges costs a third as much per exchange
         as 16 of one); for a writer that nothing waits on, as in writer_process.
         `deadline`: seconds a store call may take (default: store.deadline's).
-        `spool_only`: never open the store, spool everything (see Writer.spool_only).
-        `on_start`: called first on the writer's thread (writer_process lowers that
-        thread's priority there, and so of the threads it starts)."""
+        `spool_only`: never open the store, spool everything (see Writer.spool_only)."""
         if store is None and (opener is None and not spool_only or store_fingerprint is None):
             raise ValueError("a Writer without a store needs an opener and a fingerprint")
         self.store = store
@@ -147,7 +144,6 @@ class Writer(Counted):
         self._overflowing = False
         self._spill_wake = threading.Event()
         self._spiller: threading.Thread | None = None
-        self._on_start = on_start
         self._thread = threading.Thread(target=self._run, name="forge-record-writer", daemon=True)
         self._thread.start()
 
@@ -341,8 +337,6 @@ class Writer(Counted):
     # --- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        if self._on_start is not None:
-            self._on_start()
         if not self._down:
             self._replay_orphans()
         while True:
