@@ -288,7 +288,7 @@ def wait_refused(port: int, within: float = 10.0) -> bool:
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except ConnectionRefusedError:
-            return True
+        except (ConnectionRefusedError, ConnectionResetError):
+            return True  # a reset: the listener closed with this connection in its backlog
         time.sleep(0.02)
     return False
