@@ -25,11 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from forge_record.records import Session
-from forge_record.store.batch import (  # noqa: F401 - the writer's, for serve
-    Writes,
-    next_seq,
-    note_named_by,
-)
+from forge_record.store.batch import Writes, next_seq  # noqa: F401 - one sequence, for serve
 from forge_record.store.items import AddSession
 from forge_record.store.schema import exchanges, gateway_sessions
 
