@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import re
 import statistics
@@ -75,27 +76,48 @@ def one_call(base: str, token: str) -> tuple[float, float, list[float]]:
     return first, total, events
 
 
-def load(targets: list[tuple[str, str]], calls: int, concurrency: int) -> dict:
-    jobs = [t for t in targets for _ in range(calls)]
-    started = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda t: one_call(*t), jobs))
-    return figures(results, time.perf_counter() - started)
+def load(targets: list[tuple[str, str]], calls: int, concurrency: int,
+         think: float = 0.0, seed: int = 0) -> dict:
+    return mixed_load({"one": targets}, calls, concurrency, think, seed, shuffle=False)["one"]
 
 
-def mixed_load(targets: dict[str, list], calls: int, concurrency: int,
-               seed: int) -> dict[str, dict]:
-    """Every configuration's calls in one shuffled load."""
-    jobs = [(name, t) for name, ts in targets.items() for t in ts for _ in range(calls)]
-    random.Random(seed).shuffle(jobs)
+def mixed_load(targets: dict[str, list], calls: int, concurrency: int, think: float = 0.0,
+               seed: int = 0, shuffle: bool = True) -> dict[str, dict]:
+    """Every configuration's calls in one load (shuffled together unless `shuffle` is off).
+    Without think time, `concurrency` threads make the calls back to back; with it, every
+    session is a rollout of its own, all open at once (see `rollout`)."""
+    rng = random.Random(seed)
+    if think:
+        jobs = [(name, t) for name, ts in targets.items() for t in ts]
+        run = lambda job: rollout(job[1], calls, think, random.Random(rng.random()))  # noqa: E731
+        concurrency = len(jobs)
+    else:
+        jobs = [(name, t) for name, ts in targets.items() for t in ts for _ in range(calls)]
+        run = lambda job: [one_call(*job[1])]  # noqa: E731
+    if shuffle:
+        rng.shuffle(jobs)
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda job: one_call(*job[1]), jobs))
+        results = list(pool.map(run, jobs))
     took = time.perf_counter() - started
-    return {name: figures([r for (n, _), r in zip(jobs, results, strict=True)
-                           if n == name], took,
-                          calls=len(jobs))
+    return {name: figures([r for (n, _), rs in zip(jobs, results, strict=True)
+                           if n == name for r in rs], took,
+                          calls=sum(map(len, results)) if len(targets) > 1 else None)
             for name in targets}
+
+
+def rollout(target: tuple[str, str], calls: int, think: float,
+            rng: random.Random) -> list[tuple[float, float, list[float]]]:
+    """One rollout's calls, one after another, as a harness makes them: it starts at a
+    random moment within one think time, and waits between calls (running tools) for a
+    think time drawn uniformly from half to one and a half of `think`."""
+    time.sleep(rng.uniform(0, think))
+    out = []
+    for n in range(calls):
+        if n:
+            time.sleep(think * rng.uniform(0.5, 1.5))
+        out.append(one_call(*target))
+    return out
 
 
 def figures(results: list, took: float, calls: int | None = None) -> dict:
@@ -107,6 +129,23 @@ def figures(results: list, took: float, calls: int | None = None) -> dict:
             "total_median_ms": round(statistics.median(totals) * 1000, 2),
             "event_median_ms": round(statistics.median(events) * 1000, 2),
             "event_p99_ms": round(events[int(len(events) * 0.99)] * 1000, 2)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process and its descendants still running (a serve replica
+    and its writer process), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, pids = 0.0, [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pids += map(int, (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
 
 
 def rss_kib(pid: int) -> int:
@@ -130,13 +169,16 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--against", type=Path, help="an earlier revision's package directory")
+    p.add_argument("--think", type=float, default=0.0,
+                   help="seconds a rollout waits between its calls (mean): every session "
+                        "then runs its calls one after another, all sessions at once")
     p.add_argument("--interleave", action="store_true",
                    help="run the configurations at once, their calls shuffled together")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     out: dict = {"sessions": args.sessions, "calls_per_session": args.calls,
                  "concurrency": args.concurrency, "rounds": args.rounds,
-                 "interleaved": args.interleave,
+                 "interleaved": args.interleave, "think_s": args.think,
                  "model": "bench-40-5000-10"}
     with tempfile.TemporaryDirectory() as tmp:
         mock = subprocess.Popen([sys.executable, str(ROOT / "bench/mock_server.py")],
@@ -160,7 +202,8 @@ def main() -> None:
                 sessions = [gw.client.create_session("claude-code")
                             for _ in range(args.sessions)]
                 targets[name] = [(s["base_url"], s["token"]) for s in sessions]
-            rounds = run_rounds(targets, args)
+            pids = {"bare": bare.pid, **{name: gw.proc.pid for name, gw in gateways.items()}}
+            rounds = run_rounds(targets, args, pids)
             out.update(summarize(rounds))
             for name, gw in gateways.items():
                 with urllib_open(f"{gw.url}/metrics") as text:
@@ -185,17 +228,22 @@ def main() -> None:
         args.json.write_text(text)
 
 
-def run_rounds(targets: dict[str, list], args) -> list[dict[str, dict]]:
-    """Each configuration once per round, the order rotated every round (or all at once)."""
+def run_rounds(targets: dict[str, list], args, pids: dict[str, int]) -> list[dict[str, dict]]:
+    """Each configuration once per round, the order rotated every round (or all at once).
+    Run one at a time, each configuration's proxy CPU per call is measured too."""
     names = list(targets)
     rounds = []
     for n in range(args.rounds):
         if args.interleave:
-            rounds.append(mixed_load(targets, args.calls, args.concurrency, seed=n))
+            rounds.append(mixed_load(targets, args.calls, args.concurrency, args.think, seed=n))
         else:
             order = names[n % len(names):] + names[:n % len(names)]
-            rounds.append({name: load(targets[name], args.calls, args.concurrency)
-                           for name in order})
+            rounds.append({})
+            for name in order:
+                cpu = cpu_seconds(pids[name])
+                rounds[-1][name] = load(targets[name], args.calls, args.concurrency, args.think, n)
+                rounds[-1][name]["proxy_cpu_ms_per_call"] = round(
+                    1000 * (cpu_seconds(pids[name]) - cpu) / rounds[-1][name]["calls"], 2)
         print(f"round {n + 1}: " + json.dumps(rounds[-1]), file=sys.stderr)
     return rounds
 
