@@ -9,6 +9,7 @@ import functools
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -161,41 +162,87 @@ def test_serve_refuses_to_start_with_one_line(tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
 
 
-def test_a_resolved_session_is_served_from_memory_until_its_ttl(gateway):
-    """A call of a session read lately needs no store; a session finished through another
-    replica is refused once the row is older than the TTL, one finished here at once."""
+def test_a_session_is_served_from_memory_and_read_again_once_its_row_is_old(gateway):
+    """A session created or read here needs no store before its calls are forwarded: a row
+    younger than the TTL is used as it is, an older one too but with `recheck` (the addon
+    reads it again beside the call); once the store says it finished elsewhere, it is
+    refused from memory. One finished here is forgotten at once; a row older than STALE is
+    read before the call."""
     made = [call(gateway, "POST", "/sessions", b'{"harness": "claude-code"}')[1]
             for _ in range(2)]
     named = [keys.Named(None, "token", "/", m["token"]) for m in made]
-    assert gateway.cached(named[0]) is None  # never read: the store is asked
-    assert gateway.resolve(named[0]).session_id == made[0]["id"]
-    assert gateway.cached(named[0]).session_id == made[0]["id"]
+    first = gateway.cached(named[0])  # created here: no store read, even for its first call
+    assert (first.session_id, first.note, first.recheck) == (made[0]["id"], "token", False)
+    assert gateway.cached(named[0]).note is None  # the first call's start carries the note
     with pytest.raises(Exception) as e:  # another session's path: refused from memory too
         gateway.cached(keys.Named("other", "path", "/", made[0]["token"]))
     assert e.value.status == 403
     # finished through another replica (the row changed in the store, not here)
     with gateway.store.transaction("finish elsewhere") as conn:
         gateway_rows.finish(conn, made[0]["id"], "done", 0)
-    assert gateway.cached(named[0]).session_id == made[0]["id"]  # stale, within the TTL
+    assert gateway.cached(named[0]).recheck is False  # within the TTL: used as it is
     gateway.known.ttl = 0.0
-    assert gateway.cached(named[0]) is None
+    assert gateway.cached(named[0]).recheck is True  # older: used, and read again beside
     with pytest.raises(Exception) as e:
         gateway.resolve(named[0])
     assert e.value.status == 409
+    with pytest.raises(Exception) as e:  # what the reading found is what memory says now
+        gateway.cached(named[0])
+    assert e.value.status == 409
     gateway.known.ttl = 60.0
-    gateway.resolve(named[1])
     assert call(gateway, "POST", f"/sessions/{made[1]['id']}/finish", b'{"status": "done"}')[0] \
         == 200
     assert gateway.cached(named[1]) is None  # finished here: forgotten at once
+    gateway.known.stale = 0.0
+    assert gateway.cached(named[0]) is None  # too old to use: the store is asked first
+
+
+def test_a_call_on_an_old_row_is_not_held_while_its_session_is_read_again(gateway):
+    """Through the addon: a call admitted on a row older than the TTL is forwarded while the
+    store is still being read (here: held), and what the reading finds (the session finished
+    through another replica) refuses the next call from memory."""
+    from mitmproxy.test import tflow
+
+    from forge_record.addons.gateway import GatewayAddon
+    from forge_record.gateway.metrics import Metrics
+
+    made = call(gateway, "POST", "/sessions", b'{"harness": "claude-code"}')[1]
+    with gateway.store.transaction("finish elsewhere") as conn:
+        gateway_rows.finish(conn, made["id"], "done", 0)
+    gateway.known.ttl = 0.0
+    reading, read = threading.Event(), gateway.resolve
+    gateway.resolve = lambda named: (reading.wait(10), read(named))[1]
+    addon = GatewayAddon(gateway, None, Metrics(lambda: 0, lambda: 0, lambda: 0))
+
+    def a_call():
+        flow = tflow.tflow()
+        flow.request.path = "/v1/messages"
+        flow.request.headers["x-api-key"] = made["token"]
+        return flow
+
+    async def calls():
+        first = a_call()
+        await asyncio.wait_for(addon.requestheaders(first), 5)  # not waiting on the reading
+        assert first.response is None and first.request.port == 9  # forwarded
+        reading.set()
+        for _ in range(100):
+            if not addon._rechecks:
+                break
+            await asyncio.sleep(0.05)
+        second = a_call()
+        await addon.requestheaders(second)
+        return second.response.status_code
+
+    assert asyncio.run(calls()) == 409
 
 
 def test_known_sessions_are_bounded():
     known = KnownSessions(size=3)
     for n in range(5):
         known.remember(f"d{n}", {"session_id": f"s{n}"})
-    assert len(known) == 3 and known.fresh("d0") is None and known.fresh("d4") is not None
+    assert len(known) == 3 and known.get("d0") is None and known.get("d4") is not None
     known.forget("s4")
-    assert known.fresh("d4") is None and known.any_age("d3") == {"session_id": "s3"}
+    assert known.get("d4") is None and known.any_age("d3") == {"session_id": "s3"}
 
 
 # --- numbers reserved as calls start (gateway.reservations, store.batch) ---------------------

@@ -1,15 +1,21 @@
 """Sessions a replica has resolved lately, by token hash: what spares a call the store lookup.
 
 Every proxied call names its session by token; reading that session from the store before
-forwarding cost a round trip on every call (and a hop to a worker thread). A session read
-less than TTL seconds ago is served from here, on the event loop, with no store at all.
+forwarding cost a round trip on every call (and a hop to a worker thread, ~10 ms on a busy
+replica). A session this replica read or created is served from here, on the event loop,
+with no store before forwarding:
+- a row read less than TTL seconds ago is used as it is;
+- an older one, up to STALE seconds, is used too, and the gateway reads it again beside the
+  call (a rollout's calls are seconds apart, the time its harness runs tools: each would
+  otherwise wait for the store);
+- an older one, or none, is read before the call is forwarded.
 
-What may be stale, and for how long:
-- a session finished (or discarded) through another replica keeps being served by this one
-  for at most TTL seconds after the finish committed; one finished through this replica is
-  dropped at once (`forget`);
-- nothing else about a session changes while it is open (its id and token never do), so a
-  stale row can only be one that is still open here and finished elsewhere.
+What may be stale, and for how long: a session finished (or discarded) through another
+replica keeps being served by this one for at most TTL seconds after the finish committed,
+and then for the calls that arrive while its row is read again (one store read, a few ms);
+one finished through this replica is dropped at once (`forget`). Nothing else about a
+session changes while it is open (its id and token never do), so a stale row can only be one
+that is still open here and finished elsewhere.
 While the store does not answer, rows of any age are used (`any_age`): a session seen open
 goes on through an outage (docs/ROLLOUTS.md, "A store outage").
 At most SIZE sessions are kept, the least recently read go first; the event loop reads and
@@ -21,13 +27,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-TTL = 2.0  # seconds: the bound on serving a session finished through another replica
+TTL = 2.0  # seconds a row is used without reading it again
+STALE = 600.0  # seconds a row is used while it is read again beside the call
 SIZE = 100_000
 
 
 class KnownSessions:
-    def __init__(self, ttl: float = TTL, size: int = SIZE) -> None:
+    def __init__(self, ttl: float = TTL, stale: float = STALE, size: int = SIZE) -> None:
         self.ttl = ttl
+        self.stale = stale
         self.size = size
         self._rows: dict[str, tuple[float, dict[str, Any]]] = {}  # token hash -> (read at, row)
         self._digests: dict[str, str] = {}  # session id -> token hash
@@ -35,12 +43,12 @@ class KnownSessions:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def fresh(self, digest: str) -> dict[str, Any] | None:
-        """The session row read less than `ttl` seconds ago, if any."""
+    def get(self, digest: str) -> tuple[dict[str, Any], float] | None:
+        """The session row and its age in seconds, if it was read less than `stale` ago."""
         entry = self._rows.get(digest)
-        if entry is None or time.monotonic() - entry[0] >= self.ttl:
+        if entry is None or (age := time.monotonic() - entry[0]) >= self.stale:
             return None
-        return entry[1]
+        return entry[1], age
 
     def any_age(self, digest: str) -> dict[str, Any] | None:
         entry = self._rows.get(digest)
@@ -53,6 +61,12 @@ class KnownSessions:
         while len(self._rows) > self.size:
             _, (_, old) = _oldest(self._rows)
             self._digests.pop(old["session_id"], None)
+
+    def note(self, digest: str, how: str) -> None:
+        """The row says how the session's calls name it from now on (its age stays)."""
+        entry = self._rows.get(digest)
+        if entry is not None:
+            self._rows[digest] = (entry[0], {**entry[1], "keyed_by": how})
 
     def forget(self, session_id: str) -> None:
         digest = self._digests.pop(session_id, None)

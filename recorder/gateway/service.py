@@ -69,6 +69,9 @@ class Resolved:
     # how the call named its session, when the store has no way recorded yet: the call's
     # start carries it to the writer, which records it (StartCall.named_by)
     note: str | None = None
+    # admitted on a row older than KnownSessions' TTL: the caller reads it again beside the
+    # call (`resolve`), so that a session finished elsewhere is refused from then on
+    recheck: bool = False
 
 
 class Gateway:
@@ -142,14 +145,21 @@ class Gateway:
                                                                   self._secret.encode())
 
     def cached(self, named: keys.Named) -> Resolved | None:
-        """On the event loop: the call's session from a row read less than KnownSessions'
-        TTL ago, or Refused; None when the store must be asked (`resolve`)."""
+        """On the event loop: the call's session from a row this replica read or created
+        lately (gateway.known), or Refused; None when the store must be asked first
+        (`resolve`)."""
         if named.token is None:
             return None
-        row = self.known.fresh(rows.token_hash(named.token))
-        if row is None or row["keyed_by"] is None:
+        digest = rows.token_hash(named.token)
+        found = self.known.get(digest)
+        if found is None:
             return None
-        return _admit(row, named)
+        row, age = found
+        resolved = _admit(row, named)
+        if row["keyed_by"] is None:  # its first call: the start carries how it was named
+            resolved = dataclasses.replace(resolved, note=named.how)
+            self.known.note(digest, named.how)
+        return dataclasses.replace(resolved, recheck=True) if age >= self.known.ttl else resolved
 
     def resolve(self, named: keys.Named) -> Resolved:
         """The session a proxied call belongs to, or Refused (401: no valid token; 403: the
@@ -166,12 +176,11 @@ class Gateway:
                 raise
         if row is None:
             raise Refused(401, "unknown session token")
-        resolved = _admit(row, named)
+        note = None
         if row["keyed_by"] is None:  # noted by the writer, from the call's start
-            resolved = dataclasses.replace(resolved, note=named.how)
-            row = {**row, "keyed_by": named.how}
-        self.known.remember(digest, row)
-        return resolved
+            note, row = named.how, {**row, "keyed_by": named.how}
+        self.known.remember(digest, row)  # a finished one too: it is refused from memory then
+        return dataclasses.replace(_admit(row, named), note=note)
 
     # --- the control API's operations ------------------------------------------------------
 
@@ -191,6 +200,9 @@ class Gateway:
             created = rows.get(conn, sid) is None
             if created:
                 rows.create(conn, session, token, meta)
+            row = rows.get(conn, sid)
+        if row["status"] == rows.OPEN:  # its first call here needs no store read
+            self.known.remember(rows.token_hash(token), row)
         base_url = f"{self.public_url}/s/{sid}"
         env, args = session_env(harness, base_url, token)
         return created, {"id": sid, "token": token, "base_url": base_url, "env": env,
