@@ -35,6 +35,12 @@ LEVEL = 3  # zstd's own default: fast enough for the writer thread, ~4-10x on JS
 # 0.13 ms; 6 was ~5% smaller than 3.
 STREAM_LEVEL = 9
 STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.segments.SEGMENT_BYTES) all stay in reach
+# Level 9's own match tables (2^21 hash and 2^20 chain entries) are sized for inputs far
+# bigger than a segment: they made every new stream cost ~10 MB and ~1.5-5 ms to set up, and
+# a writer starts two streams per session segment (`serve` with hundreds of rollouts, each
+# call often a segment of its own once the writer's encoders are full). At 2^17 a stream
+# costs ~0.45 MB and ~0.4 ms, the same strategy.
+STREAM_TABLE_LOG = 17
 
 _local = threading.local()
 
@@ -110,8 +116,8 @@ class Stream:
 
     def __init__(self, level: int = STREAM_LEVEL, prefix: bytes = b"") -> None:
         params = zstandard.ZstdCompressionParameters.from_level(
-            level, window_log=STREAM_WINDOW_LOG
-        )
+            level, window_log=STREAM_WINDOW_LOG, hash_log=STREAM_TABLE_LOG,
+            chain_log=STREAM_TABLE_LOG)
         # A prefix (store.dictionaries) is content the stream may refer back into from its
         # first piece; decode_pieces needs the same bytes.
         extra = {"dict_data": _prefix_dict(prefix)} if prefix else {}
