@@ -67,7 +67,13 @@ from forge_record.store.segments import Encoded, SessionEncoder
 FRESH_FOR = 600.0
 BEAT_EVERY = 30.0  # well under summary.STALE_AFTER
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-_ENCODERS = 8  # sessions whose encoder is kept between batches
+# Sessions whose encoder is kept between batches, least recently written first out: while
+# there are fewer than _ENCODERS and their footprints add up to less than ENCODER_BYTES. A
+# session whose encoder is gone starts a new segment, with no parent to derive from: on the
+# 150-call bench session, a segment per call stores 4.3x the bytes (bench/storage.py), which
+# is what `serve` did with hundreds of rollouts interleaved while only 8 were kept.
+_ENCODERS = 4096
+ENCODER_BYTES = 512 << 20
 _INSERT_EXCHANGE = exchanges.insert()
 
 
@@ -97,6 +103,7 @@ class Writes:
                 made = encoder and encoder.offer_dictionary(ended=True)
                 if made:
                     dictionaries.offer(conn, encoder.harness, *made)
+                self._encoders.pop(item.session_id, None)  # an exchange after its end is rare
         return touched
 
     def committed(self, touched: set) -> None:
@@ -143,10 +150,17 @@ class Writes:
             enc = SessionEncoder(segment=floor + 1, harness=harness,
                                  dictionary=self._dictionary(conn, harness))
             self._encoders[session_id] = enc
+            self._make_room()
         self._encoders.move_to_end(session_id)
-        while len(self._encoders) > _ENCODERS:
-            self._encoders.popitem(last=False)
         return enc
+
+    def _make_room(self) -> None:
+        """Drop the least recently written encoders, the newest one aside, while over either
+        bound. Checked as an encoder is added: one grows by at most a segment after that."""
+        held = sum(e.footprint for e in self._encoders.values())
+        while len(self._encoders) > 1 and (len(self._encoders) > _ENCODERS
+                                           or held > ENCODER_BYTES):
+            held -= self._encoders.popitem(last=False)[1].footprint
 
     def _dictionary(self, conn: sa.Connection, harness: str) -> tuple[int, bytes] | None:
         """The harness version's dictionary; rows never change, so found ones are kept."""

@@ -37,10 +37,17 @@ STREAM_LEVEL = 9
 STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.segments.SEGMENT_BYTES) all stay in reach
 # Level 9's own match tables (2^21 hash and 2^20 chain entries) are sized for inputs far
 # bigger than a segment: they made every new stream cost ~10 MB and ~1.5-5 ms to set up, and
-# a writer starts two streams per session segment (`serve` with hundreds of rollouts, each
-# call often a segment of its own once the writer's encoders are full). At 2^17 a stream
-# costs ~0.45 MB and ~0.4 ms, the same strategy.
+# a writer keeps two streams per session it writes (`serve`: hundreds of rollouts at once).
+# Pack streams take 2^17 entries (~1 MB, the same strategy; on disk +1% against 2^21);
+# manifest streams, ~2 KB of plain bytes a call, take 2^14.
 STREAM_TABLE_LOG = 17
+MANIFEST_TABLE_LOG = 14
+
+
+def stream_tables(table_log: int) -> int:
+    """Bytes a stream's match tables take (hash and chain, 4 bytes an entry)."""
+    return 2 * 4 << table_log
+
 
 _local = threading.local()
 
@@ -114,10 +121,11 @@ class Stream:
     """The compressing side of a stream: piece(data) returns bytes that, appended to the
     pieces before them, decode to everything fed so far."""
 
-    def __init__(self, level: int = STREAM_LEVEL, prefix: bytes = b"") -> None:
+    def __init__(self, level: int = STREAM_LEVEL, prefix: bytes = b"",
+                 table_log: int = STREAM_TABLE_LOG) -> None:
         params = zstandard.ZstdCompressionParameters.from_level(
-            level, window_log=STREAM_WINDOW_LOG, hash_log=STREAM_TABLE_LOG,
-            chain_log=STREAM_TABLE_LOG)
+            level, window_log=STREAM_WINDOW_LOG, hash_log=table_log, chain_log=table_log)
+        self.held = stream_tables(table_log)  # and the window, as far as it is filled
         # A prefix (store.dictionaries) is content the stream may refer back into from its
         # first piece; decode_pieces needs the same bytes.
         extra = {"dict_data": _prefix_dict(prefix)} if prefix else {}

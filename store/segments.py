@@ -77,11 +77,13 @@ class SessionEncoder:
     dictionary: tuple[int, bytes] | None = None  # (id, plain bytes) its pack streams start from
     pieces: int = 0
     group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
-    _manifests: compression.Stream = field(default_factory=compression.Stream)
+    _manifests: compression.Stream = field(default_factory=lambda: compression.Stream(
+        table_log=compression.MANIFEST_TABLE_LOG))
     _packs: compression.Stream = field(init=False)
     _offered: bool = False  # its group as the harness version's dictionary
     _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
+    _bytes_held: int = 0  # their sizes, summed
     _packed_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
@@ -195,8 +197,19 @@ class SessionEncoder:
 
     def _keep(self, data: bytes, blobs: dict[str, bytes]) -> str:
         blob = blob_name(data)
+        if blob not in self._bytes:
+            self._bytes_held += len(data)
         blobs[blob] = self._bytes[blob] = data
         return blob
+
+    @property
+    def footprint(self) -> int:
+        """About the memory this encoder holds, in bytes: its two streams (match tables and
+        the window they have filled), the blobs it named, and the exchanges a later one may
+        derive from (raw bodies, and their parsed requests counted as much again)."""
+        return (self._manifests.held + self._packs.held + self._manifests.fed + self._packs.fed
+                + self._bytes_held
+                + sum(2 * len(s.raw_request) + len(s.raw_response) for s in self._recent))
 
     def _request_hint(self, refs: dict | None, names: list[str], keyframe: bool) -> bytes:
         if refs is None:

@@ -94,6 +94,33 @@ def test_every_exchange_of_a_realistic_session_rebuilds_byte_for_byte(store):
     assert store.get_exchange("real", 7) == without_raw(sent[6])
 
 
+@pytest.mark.parametrize("budget", [None, 1])
+def test_interleaved_sessions_keep_their_segments_within_the_encoders_budget(
+        store, monkeypatch, budget):
+    """`serve` writes many rollouts' calls interleaved: each session's encoder is kept (one
+    segment each, deriving from its parent) while the encoders' footprints fit the budget;
+    past it, the least recently written one starts over, and everything still reads back."""
+    from forge_record.store import batch
+
+    if budget is not None:
+        monkeypatch.setattr(batch, "ENCODER_BYTES", budget)
+    sent = realistic_exchanges(6)
+    names = [f"r{n}" for n in range(20)]
+    for name in names:
+        store.add_session(make_session(name))
+    for ex in sent:
+        for name in names:
+            store.write([AddExchange(name, ex)])
+    with store.reading("segments") as conn:
+        import sqlalchemy as sa
+
+        segments = conn.scalar(sa.text(
+            "SELECT count(*) FROM (SELECT DISTINCT session_id, segment FROM exchanges) s"))
+    assert segments == (len(names) if budget is None else len(names) * len(sent))
+    for name in names:
+        assert list(store.iter_exchanges(name, raw=True)) == sent
+
+
 def test_compaction_and_forks_rebuild_exactly(store):
     """History that is not append-only: a compaction replaces old turns with a summary, a
     retry forks from an earlier point, and the system prompt changes midway."""
