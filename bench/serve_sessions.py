@@ -24,6 +24,7 @@ calls/s is then the whole mix's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import os
@@ -76,6 +77,52 @@ def one_call(base: str, token: str) -> tuple[float, float, list[float]]:
     return first, total, events
 
 
+async def one_call_async(base: str, token: str) -> tuple[float, float, list[float]]:
+    """one_call on an event loop: a rollout load of 1,000 sessions as threads measured the
+    client's own thread scheduling (GIL hand-offs), not the proxy."""
+    parts = urlsplit(base)
+    started = time.perf_counter()
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    writer.write(b"POST %s/v1/messages HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json"
+                 b"\r\nx-api-key: %s\r\nanthropic-version: 2023-06-01\r\ncontent-length: %d"
+                 b"\r\nconnection: close\r\n\r\n" % (parts.path.encode(), parts.netloc.encode(),
+                                                     token.encode(), len(BODY)) + BODY)
+    status = await reader.readline()
+    while (await reader.readline()).strip():  # the headers
+        pass
+    first, events = None, []
+    async for line in reader:  # chunk sizes and SSE lines, as they arrive
+        now = time.monotonic_ns()
+        if first is None:
+            first = time.perf_counter() - started
+        if (at := SENT_AT.search(line)) is not None:
+            events.append((now - int(at.group(1))) / 1e9)
+    total = time.perf_counter() - started
+    writer.close()
+    if b" 200 " not in status:
+        raise RuntimeError(f"status {status!r}")
+    return first or total, total, events
+
+
+async def rollout(target: tuple[str, str], calls: int, think: float,
+                  rng: random.Random) -> list[tuple[float, float, list[float]]]:
+    """One rollout's calls, one after another, as a harness makes them: it starts at a
+    random moment within one think time, and waits between calls (running tools) for a
+    think time drawn uniformly from half to one and a half of `think`."""
+    await asyncio.sleep(rng.uniform(0, think))
+    out = []
+    for n in range(calls):
+        if n:
+            await asyncio.sleep(think * rng.uniform(0.5, 1.5))
+        out.append(await one_call_async(*target))
+    return out
+
+
+async def rollouts(jobs: list, calls: int, think: float, rng: random.Random) -> list:
+    return await asyncio.gather(*(rollout(t, calls, think, random.Random(rng.random()))
+                                  for _, t in jobs))
+
+
 def load(targets: list[tuple[str, str]], calls: int, concurrency: int,
          think: float = 0.0, seed: int = 0) -> dict:
     return mixed_load({"one": targets}, calls, concurrency, think, seed, shuffle=False)["one"]
@@ -85,39 +132,24 @@ def mixed_load(targets: dict[str, list], calls: int, concurrency: int, think: fl
                seed: int = 0, shuffle: bool = True) -> dict[str, dict]:
     """Every configuration's calls in one load (shuffled together unless `shuffle` is off).
     Without think time, `concurrency` threads make the calls back to back; with it, every
-    session is a rollout of its own, all open at once (see `rollout`)."""
+    session is a rollout of its own, all open at once on one event loop (see `rollout`)."""
     rng = random.Random(seed)
-    if think:
-        jobs = [(name, t) for name, ts in targets.items() for t in ts]
-        run = lambda job: rollout(job[1], calls, think, random.Random(rng.random()))  # noqa: E731
-        concurrency = len(jobs)
-    else:
-        jobs = [(name, t) for name, ts in targets.items() for t in ts for _ in range(calls)]
-        run = lambda job: [one_call(*job[1])]  # noqa: E731
+    per_session = think > 0
+    jobs = [(name, t) for name, ts in targets.items() for t in ts
+            for _ in range(1 if per_session else calls)]
     if shuffle:
         rng.shuffle(jobs)
     started = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(run, jobs))
+    if per_session:
+        results = asyncio.run(rollouts(jobs, calls, think, rng))
+    else:
+        with ThreadPoolExecutor(concurrency) as pool:
+            results = list(pool.map(lambda job: [one_call(*job[1])], jobs))
     took = time.perf_counter() - started
     return {name: figures([r for (n, _), rs in zip(jobs, results, strict=True)
                            if n == name for r in rs], took,
                           calls=sum(map(len, results)) if len(targets) > 1 else None)
             for name in targets}
-
-
-def rollout(target: tuple[str, str], calls: int, think: float,
-            rng: random.Random) -> list[tuple[float, float, list[float]]]:
-    """One rollout's calls, one after another, as a harness makes them: it starts at a
-    random moment within one think time, and waits between calls (running tools) for a
-    think time drawn uniformly from half to one and a half of `think`."""
-    time.sleep(rng.uniform(0, think))
-    out = []
-    for n in range(calls):
-        if n:
-            time.sleep(think * rng.uniform(0.5, 1.5))
-        out.append(one_call(*target))
-    return out
 
 
 def figures(results: list, took: float, calls: int | None = None) -> dict:
@@ -141,11 +173,15 @@ def cpu_seconds(pid: int) -> float:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick
-            for task in Path(f"/proc/{p}/task").iterdir():
-                pids += map(int, (task / "children").read_text().split())
+            pids += children(p)
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
 
 
 def rss_kib(pid: int) -> int:
@@ -216,6 +252,7 @@ def main() -> None:
                         if took is not None and calls else None
                 out[name]["rss_kib_per_session"] = round(
                     (rss_kib(gw.proc.pid) - idle[name]) / args.sessions, 1)
+                out[name]["writer_rss_kib"] = sum(map(rss_kib, children(gw.proc.pid)))
         finally:
             for gw in gateways.values():
                 gw.stop()
