@@ -36,6 +36,9 @@ from forge_record.store.engine import show_url, writing
 
 SCRIPT_LOCATION = "forge_record.store:migrations"
 VERSION_TABLE = "forge_record_alembic_version"
+# The version table holds one row: without alembic's primary key on it, a new SQLite store has
+# no index page for it (4 KB of a fresh file; issue 21 item 1). Tables made with one keep it.
+VERSION_OPTIONS = {"version_table": VERSION_TABLE, "version_table_pk": False}
 _PG_LOCK_KEY = 0x66726563  # "frec": any constant shared by every forge-record process
 # alembic keeps its `context` and `op` proxies in module globals: two upgrades must not run
 # in one process at once, even on different databases.
@@ -130,4 +133,4 @@ def locked(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 
 def _context(conn: sa.Connection) -> MigrationContext:
-    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return MigrationContext.configure(conn, opts=VERSION_OPTIONS)

@@ -369,3 +369,12 @@ def test_0007_sqlite_tables_keyed_by_session_lose_their_rowid_and_keep_their_row
     migrate.downgrade(engine, "0006")
     assert state() == before
     engine.dispose()
+
+
+def test_new_sqlite_store_is_compact(tmp_path):
+    """A new SQLite file (issue 21 item 1): the version table has no index of its own."""
+    open_store(default_store_url(tmp_path)).close()
+    with sqlite3.connect(tmp_path / "traces.db") as conn:
+        autoindexes = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_%'")}
+    assert not any(migrate.VERSION_TABLE in name for name in autoindexes)
