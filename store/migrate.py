@@ -126,10 +126,32 @@ def drift(engine: sa.Engine) -> list[Any]:
 @contextlib.contextmanager
 def locked(engine: sa.Engine) -> Iterator[sa.Connection]:
     """A connection inside a transaction that holds the migration lock; commits on exit."""
-    with writing(engine).begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
-        yield conn
+    with writing(engine).connect() as conn, _sqlite_foreign_keys_off(conn):
+        with conn.begin():
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+            yield conn
+            if conn.dialect.name == "sqlite" and (
+                    bad := conn.exec_driver_sql("PRAGMA foreign_key_check").first()):
+                raise StoreError(f"a migration left a row whose parent is gone: {tuple(bad)}")
+
+
+@contextlib.contextmanager
+def _sqlite_foreign_keys_off(conn: sa.Connection) -> Iterator[None]:
+    """SQLite: foreign keys off while migrating, as SQLite's own recipe for rebuilding a table
+    says. A migration that copies a table others point at (0008: `sessions`) drops the old
+    copy, and with foreign keys on that DROP cascade-deletes every exchange. The pragma does
+    nothing inside a transaction, so it is set on the driver's connection before BEGIN;
+    `locked` checks every foreign key before COMMIT instead."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    raw = conn.connection.dbapi_connection
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys = ON")  # as store.engine set it on connect
 
 
 def _context(conn: sa.Connection) -> MigrationContext:
