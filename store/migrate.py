@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -93,7 +94,8 @@ def upgrade(
     concurrent upgrader committed, not the state before it.
     """
     with _in_process, locked(engine) as conn:
-        if check is not None and (now := _context(conn).get_current_revision()) != head():
+        now = _context(conn).get_current_revision()
+        if check is not None and now != head():
             check(conn, now)
         cfg = config()
         cfg.attributes["connection"] = conn  # env.py uses it rather than making an engine
@@ -104,6 +106,22 @@ def upgrade(
                 f"cannot migrate store {show_url(engine.url)}: {' '.join(str(e).split())} "
                 "(was it written by a newer forge-record?)"
             ) from e
+    if now is None and engine.dialect.name == "sqlite":
+        _compact_new(engine)
+
+
+def _compact_new(engine: sa.Engine) -> None:
+    """VACUUM a SQLite store the upgrade just made from nothing. Revisions made it table by
+    table, copies included, so its schema took 3 pages, most of them empty, and 5 pages were
+    free; packed, the schema fits one page (8 KB less in a one-session file, issue 21 item 1).
+    Cheap on an empty file, and only an optimisation: a store busy with another opener
+    already is left as it is."""
+    with engine.connect() as conn:
+        try:
+            conn.connection.dbapi_connection.execute("VACUUM")  # not inside a transaction
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
 
 
 def downgrade(engine: sa.Engine, revision: str) -> None:

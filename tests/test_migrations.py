@@ -373,16 +373,23 @@ def test_0007_sqlite_tables_keyed_by_session_lose_their_rowid_and_keep_their_row
 
 def test_new_sqlite_store_is_compact(tmp_path):
     """A new SQLite file (issue 21 item 1): every table keyed by text is its own key (0007,
-    0008), and the version table has no index of its own."""
+    0008), the version table has no index of its own, and the file is packed once made
+    (its migrations copied tables and left the schema over 3 pages): VACUUM finds nothing
+    to give back."""
     open_store(default_store_url(tmp_path)).close()
     with sqlite3.connect(tmp_path / "traces.db") as conn:
         sql = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
         autoindexes = {name for (name,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_%'")}
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        conn.execute("VACUUM")
+        packed = conn.execute("PRAGMA page_count").fetchone()[0]
     assert all("WITHOUT ROWID" in sql[t] for t in ("sessions", "labels", "gateway_sessions",
                                                  "blobs"))
     assert not any(migrate.VERSION_TABLE in name or "sessions_1" in name
                    for name in autoindexes)
+    assert (free, pages) == (0, packed)
 
 
 def test_0008_sqlite_sessions_lose_their_rowid_and_keep_every_exchange(engine, url):
