@@ -35,10 +35,10 @@ def render(parts: list[bytes], messages: list[bytes]) -> bytes:
     body = b",".join(_message(orjson.loads(m)) for m in messages)
     if not parts:
         return body
-    system, tools, parameters = (orjson.loads(p) for p in parts)
-    rest = orjson.dumps(parameters)
-    return (b'{"messages":[' + body + b'],"system":' + _list(system, _block)
-            + b',"tools":' + _list(tools, _tool) + b"," + rest[1:])
+    system, tools, parameters = parts
+    # The parameters blob's own bytes, its braces opened: they are the body's last keys.
+    return (b'{"messages":[' + body + b'],"system":' + _list(orjson.loads(system), _block)
+            + b',"tools":' + _list(orjson.loads(tools), _tool) + b"," + parameters[1:])
 
 
 def _list(value: Any, item) -> bytes:
