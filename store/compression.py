@@ -93,17 +93,19 @@ def _prefix_dict(prefix: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(prefix, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
-def compress_with(data: bytes, prefix: bytes, level: int = LEVEL) -> bytes:
+def compress_with(data: bytes, prefix: bytes, level: int = LEVEL,
+                  checksum: bool = False) -> bytes:
     """A frame of `data` that may copy from `prefix`; decompress_with(frame, prefix) undoes it.
-    Without a prefix it is an ordinary frame. No checksum: the size in the header is checked,
-    and callers that need more check a content hash."""
+    Without a prefix it is an ordinary frame. No checksum unless asked (4 bytes, checked by
+    decompress_with): the size in the header is checked, and callers that need more check a
+    content hash."""
     if not data:
         return b""
     if not prefix:
         return compress(data)
     return zstandard.ZstdCompressor(
-        level=level, dict_data=_prefix_dict(prefix), write_checksum=False, write_dict_id=False
-    ).compress(data)
+        level=level, dict_data=_prefix_dict(prefix), write_checksum=checksum,
+        write_dict_id=False).compress(data)
 
 
 def decompress_with(frame: bytes, prefix: bytes) -> bytes:

@@ -240,8 +240,8 @@ class SessionReader:
         frames = frames or self._frames_of.pop(seq, None) or self._frames(seq)
         request_frame, response_frame = frames
         bodies = (
-            delta.decode(request_frame, parent_bodies and parent_bodies[0],
-                         self._request_hint(seq, keyframe=parent is None)),
+            delta.decode(request_frame, parent_bodies and parent_bodies[0], self._request_hint(
+                seq, parent is None, delta.rendered(request_frame))),
             delta.decode_response(response_frame, response_hint(
                 parent_bodies[1] if parent_bodies else b"", self._answer(found)),
                 self._pieces[seq]),
@@ -256,14 +256,14 @@ class SessionReader:
         row = self.conn.execute(_RAW_FRAMES, where).one()
         return row.raw_request, row.raw_response
 
-    def _request_hint(self, seq: int, keyframe: bool) -> bytes:
+    def _request_hint(self, seq: int, keyframe: bool, rendered: bool) -> bytes:
         refs = self.manifests[seq]["request"]
         if refs is None:
             return b""
         if keyframe:
             parts = [self.blobs.get(refs[p]) for p in ("system", "tools", "parameters")]
-            return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)])
-        return request_hint([], [self.blobs.get(n) for n in refs["append"]])
+            return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)], rendered)
+        return request_hint([], [self.blobs.get(n) for n in refs["append"]], rendered)
 
     def _answer(self, found: dict[str, Any]) -> bytes:
         response = found["response"]

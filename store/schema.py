@@ -65,6 +65,9 @@ sessions = sa.Table(
     # filters on; `pack_groups`: the pack groups its manifests name blobs in (for gc).
     sa.Column("lineage", sa.JSON),
     sa.Column("pack_groups", sa.JSON),
+    # SQLite: keyed by the id itself, not by a rowid and an index holding every id again
+    # (revision 0008).
+    sqlite_with_rowid=False,
 )
 
 exchanges = sa.Table(

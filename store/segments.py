@@ -35,7 +35,7 @@ import orjson
 from forge_record.identity import blob_name
 from forge_record.records import Exchange, Request
 from forge_record.shared_ends import shared_prefix
-from forge_record.store import compression, content, delta, dictionaries, tokens
+from forge_record.store import compression, content, delta, dictionaries, tokens, wire
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
@@ -125,9 +125,10 @@ class SessionEncoder:
         answer = self._keep(content.answer_blob(ex.response), blobs) if ex.response else None
         token_ref, token_depth = self._tokens(ex, parent, blobs)
         raw_parent = parent if parent and parent.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY else None
-        hint = self._request_hint(refs, names, raw_parent is None)
-        raw_request = delta.encode(
-            ex.raw_request, raw_parent.raw_request if raw_parent else None, hint)
+        rendered = ex.dialect in wire.DIALECTS
+        hint = self._request_hint(refs, names, raw_parent is None, rendered)
+        raw_request = delta.encode(ex.raw_request, raw_parent.raw_request if raw_parent else None,
+                                   hint, rendered=rendered)
         found = orjson.dumps(content.manifest(
             ex, refs, answer, raw_parent and raw_parent.seq, token_ref))
         raw_response = delta.encode_response(ex.raw_response, response_hint(
@@ -211,13 +212,14 @@ class SessionEncoder:
                 + self._bytes_held
                 + sum(2 * len(s.raw_request) + len(s.raw_response) for s in self._recent))
 
-    def _request_hint(self, refs: dict | None, names: list[str], keyframe: bool) -> bytes:
+    def _request_hint(self, refs: dict | None, names: list[str], keyframe: bool,
+                      rendered: bool) -> bytes:
         if refs is None:
             return b""
         if keyframe:
             return request_hint([self._bytes[refs[p]] for p in _PARTS],
-                                [self._bytes[n] for n in names])
-        return request_hint([], [self._bytes[n] for n in refs["append"]])
+                                [self._bytes[n] for n in names], rendered)
+        return request_hint([], [self._bytes[n] for n in refs["append"]], rendered)
 
 
 def spans(datas: list[bytes]) -> list[tuple[int, int]]:
@@ -229,9 +231,12 @@ def spans(datas: list[bytes]) -> list[tuple[int, int]]:
     return out
 
 
-def request_hint(parts: list[bytes], messages: list[bytes]) -> bytes:
+def request_hint(parts: list[bytes], messages: list[bytes], rendered: bool = False) -> bytes:
     """What a raw request is compressed against besides its parent: a keyframe's every blob
-    (system, tools, parameters, messages), a delta's appended messages."""
+    (system, tools, parameters, messages), a delta's appended messages; `rendered`: in the
+    dialect's wire form (store.wire, frames marked delta.RENDERED)."""
+    if rendered:
+        return wire.render(parts, messages)
     return b"".join(parts) + b"".join(messages)
 
 

@@ -369,3 +369,63 @@ def test_0007_sqlite_tables_keyed_by_session_lose_their_rowid_and_keep_their_row
     migrate.downgrade(engine, "0006")
     assert state() == before
     engine.dispose()
+
+
+def test_new_sqlite_store_is_compact(tmp_path):
+    """A new SQLite file (issue 21 item 1): every table keyed by text is its own key (0007,
+    0008), the version table has no index of its own, and the file is packed once made
+    (its migrations copied tables and left the schema over 3 pages): VACUUM finds nothing
+    to give back."""
+    open_store(default_store_url(tmp_path)).close()
+    with sqlite3.connect(tmp_path / "traces.db") as conn:
+        sql = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+        autoindexes = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_%'")}
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        conn.execute("VACUUM")
+        packed = conn.execute("PRAGMA page_count").fetchone()[0]
+    assert all("WITHOUT ROWID" in sql[t] for t in ("sessions", "labels", "gateway_sessions",
+                                                 "blobs"))
+    assert not any(migrate.VERSION_TABLE in name or "sessions_1" in name
+                   for name in autoindexes)
+    assert (free, pages) == (0, packed)
+
+
+def test_0008_sqlite_sessions_lose_their_rowid_and_keep_every_exchange(engine, url):
+    """0008 copies SQLite's `sessions`, which exchanges, labels and gateway sessions point
+    at: with foreign keys on, dropping the old table would cascade-delete them. A store at
+    0007 reads back byte for byte after the upgrade, and after going back to 0007."""
+    sent = realistic_exchanges(12)
+    store_session(url, sent)
+    with open_store(url) as store:
+        store.add_session(make_session("t"))
+        store.label_session("s", reward=0.5, note="ok")
+    migrate.downgrade(engine, "0007")
+
+    def state():
+        with engine.connect() as conn:
+            counts = {t: conn.scalar(sa.text(f"SELECT count(*) FROM {t}"))
+                      for t in ("sessions", "exchanges", "labels")}
+            sql = (conn.scalar(sa.text("SELECT sql FROM sqlite_master WHERE name = 'sessions'"))
+                   if engine.dialect.name == "sqlite" else "")
+        return counts, "WITHOUT ROWID" in sql
+
+    assert state() == ({"sessions": 2, "exchanges": 12, "labels": 1}, False)
+    migrate.upgrade(engine)
+    assert state() == ({"sessions": 2, "exchanges": 12, "labels": 1},
+                       engine.dialect.name == "sqlite")
+    assert migrate.drift(engine) == []
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+        assert store.get_exchange("s", 12, raw=True) == sent[11]
+        assert store.get_label("s")["note"] == "ok"
+        store.add_exchange("s", dataclasses.replace(sent[0], seq=13))
+        assert store.get_exchange("s", 13, raw=True) == dataclasses.replace(sent[0], seq=13)
+    with engine.connect() as conn:  # the foreign keys are on again, and cascade
+        conn.execute(sa.text("DELETE FROM sessions WHERE id = 's'"))
+        assert conn.scalar(sa.text("SELECT count(*) FROM exchanges")) == 0
+        assert conn.scalar(sa.text("SELECT count(*) FROM labels")) == 0
+        conn.rollback()
+    migrate.downgrade(engine, "0007")
+    assert state() == ({"sessions": 2, "exchanges": 13, "labels": 1}, False)

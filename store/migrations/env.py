@@ -12,11 +12,11 @@ from alembic import context
 
 from forge_record.store import schema
 from forge_record.store.engine import make_engine
-from forge_record.store.migrate import VERSION_TABLE, locked
+from forge_record.store.migrate import VERSION_OPTIONS, locked
 
 
 def _configure(**kw) -> None:
-    context.configure(target_metadata=schema.metadata, version_table=VERSION_TABLE, **kw)
+    context.configure(target_metadata=schema.metadata, **VERSION_OPTIONS, **kw)
 
 
 def run_offline() -> None:
