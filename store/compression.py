@@ -44,9 +44,13 @@ STREAM_TABLE_LOG = 17
 MANIFEST_TABLE_LOG = 14
 
 
+STREAM_BUFFERS = 300 << 10  # a compressor's block and sequence buffers (measured as RSS)
+
+
 def stream_tables(table_log: int) -> int:
-    """Bytes a stream's match tables take (hash and chain, 4 bytes an entry)."""
-    return 2 * 4 << table_log
+    """Bytes a stream's compressor holds before its window fills: match tables (hash and
+    chain, 4 bytes an entry) and buffers."""
+    return (2 * 4 << table_log) + STREAM_BUFFERS
 
 
 _local = threading.local()
