@@ -73,7 +73,7 @@ TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wr
 # 150-call bench session, a segment per call stores 4.3x the bytes (bench/storage.py), which
 # is what `serve` did with hundreds of rollouts interleaved while only 8 were kept.
 _ENCODERS = 4096
-ENCODER_BYTES = 384 << 20
+ENCODER_BYTES = 256 << 20
 _INSERT_EXCHANGE = exchanges.insert()
 
 
