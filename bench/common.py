@@ -67,7 +67,7 @@ class Child:
     def tree_cpu_seconds(self) -> float:
         """The same for the process and every process it started that is still running
         (forge-record's store writer, the agent it launched)."""
-        return sum(_stat(pid)[1] for pid in _descendants(self.pid) | {self.pid})
+        return tree_cpu_seconds(self.pid)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -92,7 +92,12 @@ def _stat(pid: int) -> tuple[int, float]:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLK_TCK  # ppid, utime+stime
 
 
-def _descendants(pid: int) -> set[int]:
+def tree_cpu_seconds(pid: int) -> float:
+    """user + system CPU of a process and of every process it started that still runs."""
+    return sum(_stat(p)[1] for p in descendants(pid) | {pid})
+
+
+def descendants(pid: int) -> set[int]:
     parents = {int(d.name): _stat(int(d.name))[0] for d in Path("/proc").iterdir()
                if d.name.isdigit()}
     found, frontier = set(), {pid}

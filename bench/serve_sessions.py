@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import http.client
 import json
-import os
 import random
 import re
 import statistics
@@ -42,6 +41,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from common import descendants, tree_cpu_seconds  # noqa: E402
 from serve_gateway import Served  # noqa: E402
 
 # bench/mock_server.py's shape: 40 text deltas 5 ms apart (the engine's think time), 10
@@ -163,27 +163,6 @@ def figures(results: list, took: float, calls: int | None = None) -> dict:
             "event_p99_ms": round(events[int(len(events) * 0.99)] * 1000, 2)}
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU of a process and its descendants still running (a serve replica
-    and its writer process), in seconds."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, pids = 0.0, [pid]
-    while pids:
-        p = pids.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            pids += children(p)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total
-
-
-def children(pid: int) -> list[int]:
-    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-            for c in (task / "children").read_text().split()]
-
-
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -252,7 +231,7 @@ def main() -> None:
                         if took is not None and calls else None
                 out[name]["rss_kib_per_session"] = round(
                     (rss_kib(gw.proc.pid) - idle[name]) / args.sessions, 1)
-                out[name]["writer_rss_kib"] = sum(map(rss_kib, children(gw.proc.pid)))
+                out[name]["writer_rss_kib"] = sum(map(rss_kib, descendants(gw.proc.pid)))
         finally:
             for gw in gateways.values():
                 gw.stop()
@@ -277,10 +256,10 @@ def run_rounds(targets: dict[str, list], args, pids: dict[str, int]) -> list[dic
             order = names[n % len(names):] + names[:n % len(names)]
             rounds.append({})
             for name in order:
-                cpu = cpu_seconds(pids[name])
+                cpu = tree_cpu_seconds(pids[name])
                 rounds[-1][name] = load(targets[name], args.calls, args.concurrency, args.think, n)
                 rounds[-1][name]["proxy_cpu_ms_per_call"] = round(
-                    1000 * (cpu_seconds(pids[name]) - cpu) / rounds[-1][name]["calls"], 2)
+                    1000 * (tree_cpu_seconds(pids[name]) - cpu) / rounds[-1][name]["calls"], 2)
         print(f"round {n + 1}: " + json.dumps(rounds[-1]), file=sys.stderr)
     return rounds
 

@@ -42,8 +42,6 @@ STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.segments.SEGMENT_BYTE
 # manifest streams, ~2 KB of plain bytes a call, take 2^14.
 STREAM_TABLE_LOG = 17
 MANIFEST_TABLE_LOG = 14
-
-
 STREAM_BUFFERS = 300 << 10  # a compressor's block and sequence buffers (measured as RSS)
 
 
