@@ -42,8 +42,16 @@ LOCK_TIMEOUT = 5
 IDLE_TIMEOUT = 60
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                "keepalives_count": 3}
+# A new file's page size (an existing file keeps its own: SQLite sets it when the first page
+# is written). A store's rows are mostly compressed pieces of about a kilobyte (a call's new
+# blobs, its manifest, its raw-body frames), and a 4 KB page leaves the part of such a row
+# that does not fit unused; every table and index also takes at least a page. A 150-call
+# session's file is 323.6 KB at 4 KB pages, 297.0 at 2 KB and 282.6 at 1 KB
+# (docs/BENCHMARKS.md, "On disk", round 4).
+SQLITE_PAGE_SIZE = 1024
 _SQLITE_PRAGMAS = (
     f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",  # first, so the WAL switch below can wait
+    f"PRAGMA page_size = {SQLITE_PAGE_SIZE}",  # before the WAL switch, which writes page 1
     "PRAGMA journal_mode = WAL",
     "PRAGMA synchronous = NORMAL",
     "PRAGMA foreign_keys = ON",

@@ -45,6 +45,7 @@ from forge_record.records import (
     Usage,
 )
 from forge_record.store import Store, content, default_store_url, open_store
+from forge_record.store.engine import SQLITE_PAGE_SIZE
 from forge_record.store.items import AddExchange, AddSession, EndSession
 
 
@@ -333,6 +334,23 @@ def test_sqlite_is_in_wal_mode(sqlite_store, db_path):
     assert db_path.exists()
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_new_sqlite_store_has_small_pages_and_an_old_one_keeps_its_own(tmp_path):
+    """A new file takes SQLITE_PAGE_SIZE (issue 21 item 1: a row is about a kilobyte); a store
+    made with 4 KB pages keeps them, as SQLite cannot change a WAL file's page size."""
+    new, old = tmp_path / "new.db", tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:
+        conn.execute("PRAGMA page_size = 4096")
+        conn.execute("PRAGMA journal_mode = WAL")
+    for path in (new, old):
+        with open_store(f"sqlite:///{path}") as store:
+            check_round_trip(store)
+    sizes = []
+    for path in (new, old):
+        with sqlite3.connect(path) as conn:
+            sizes.append(conn.execute("PRAGMA page_size").fetchone()[0])
+    assert sizes == [SQLITE_PAGE_SIZE, 4096] and SQLITE_PAGE_SIZE < 4096
 
 
 def test_bodies_and_records_are_compressed_at_rest(sqlite_store, db_path):
