@@ -74,7 +74,13 @@ TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wr
 # is what `serve` did with hundreds of rollouts interleaved while only 8 were kept.
 _ENCODERS = 4096
 ENCODER_BYTES = 256 << 20
+# A harness version with no dictionary yet is asked again after this many seconds, not on
+# every new encoder: under `serve`, encoders are made all the time, and a miss cost a query.
+# Which dictionary a stream starts from never matters for reading it back.
+MISS_FOR = 30.0
 _INSERT_EXCHANGE = exchanges.insert()
+_LAST_SEGMENT = sa.select(sa.func.max(exchanges.c.segment)).where(
+    exchanges.c.session_id == sa.bindparam("session_id"))
 
 
 class Writes:
@@ -82,9 +88,14 @@ class Writes:
 
     def __init__(self) -> None:
         self._encoders: OrderedDict[str, SessionEncoder] = OrderedDict()
+        # Each kept encoder's footprint as last measured, and their sum: measuring all of them
+        # whenever one is made cost O(sessions) a new encoder, which `serve` makes per call.
+        self._footprints: dict[str, int] = {}
+        self._held = 0
         self._fresh: dict[str, float] = {}
         self._beats: dict[str, float] = {}  # session -> last heartbeat written with a batch
         self._dictionaries: dict[str, tuple[int, bytes]] = {}  # harness -> (id, plain bytes)
+        self._missed: dict[str, float] = {}  # harness -> when it had no dictionary
 
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
@@ -100,10 +111,9 @@ class Writes:
             if isinstance(item, EndSession):
                 _end_session(conn, item)
                 encoder = self._encoders.get(item.session_id)
-                made = encoder and encoder.offer_dictionary(ended=True)
-                if made:
-                    dictionaries.offer(conn, encoder.harness, *made)
-                self._encoders.pop(item.session_id, None)  # an exchange after its end is rare
+                if encoder is not None:
+                    self._offer(conn, encoder, encoder.offer_dictionary(ended=True))
+                self._drop(item.session_id)  # an exchange after its end is rare
         return touched
 
     def committed(self, touched: set) -> None:
@@ -114,7 +124,7 @@ class Writes:
 
     def forget(self, session_ids: set[str]) -> None:
         for sid in session_ids:
-            self._encoders.pop(sid, None)
+            self._drop(sid)
             self._beats.pop(sid, None)
 
     def _add_exchanges(self, conn, adds: list[AddExchange], if_absent: bool, now: float) -> set:
@@ -128,6 +138,8 @@ class Writes:
             encoder = self._encoder(conn, add.session_id, ex)
             encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
         touched = self._store_blobs(conn, encoded, now)
+        for sid in {sid for sid, _, _, _ in encoded}:
+            self._measure(sid)
         if encoded:
             conn.execute(_INSERT_EXCHANGE, [_row(sid, ex, enc) for sid, ex, enc, _ in encoded])
             # A batch says its recorder is alive; every BEAT_EVERY seconds is often enough.
@@ -143,13 +155,14 @@ class Writes:
         enc = self._encoders.get(session_id)
         if enc is None or enc.full:
             _lock_segments(conn, session_id)
-            last = conn.scalar(sa.select(sa.func.max(exchanges.c.segment))
-                               .where(exchanges.c.session_id == session_id))
+            last = conn.scalar(_LAST_SEGMENT, {"session_id": session_id})
             floor = max(-1 if last is None else last, enc.segment if enc else -1)
             harness = dictionaries.key(ex)
             enc = SessionEncoder(segment=floor + 1, harness=harness,
                                  dictionary=self._dictionary(conn, harness))
+            self._drop(session_id)
             self._encoders[session_id] = enc
+            self._measure(session_id)
             self._make_room()
         self._encoders.move_to_end(session_id)
         return enc
@@ -157,19 +170,40 @@ class Writes:
     def _make_room(self) -> None:
         """Drop the least recently written encoders, the newest one aside, while over either
         bound. Checked as an encoder is added: one grows by at most a segment after that."""
-        held = sum(e.footprint for e in self._encoders.values())
         while len(self._encoders) > 1 and (len(self._encoders) > _ENCODERS
-                                           or held > ENCODER_BYTES):
-            held -= self._encoders.popitem(last=False)[1].footprint
+                                           or self._held > ENCODER_BYTES):
+            self._drop(next(iter(self._encoders)))
+
+    def _measure(self, session_id: str) -> None:
+        """Its encoder's footprint again, after it was made or wrote a batch."""
+        encoder = self._encoders.get(session_id)
+        if encoder is not None:
+            now = encoder.footprint
+            self._held += now - self._footprints.get(session_id, 0)
+            self._footprints[session_id] = now
+
+    def _drop(self, session_id: str) -> None:
+        self._encoders.pop(session_id, None)
+        self._held -= self._footprints.pop(session_id, 0)
 
     def _dictionary(self, conn: sa.Connection, harness: str) -> tuple[int, bytes] | None:
-        """The harness version's dictionary; rows never change, so found ones are kept."""
+        """The harness version's dictionary; rows never change, so found ones are kept, and
+        a miss for MISS_FOR seconds."""
         if harness not in self._dictionaries:
+            if time.monotonic() - self._missed.get(harness, -MISS_FOR) < MISS_FOR:
+                return None
             found = dictionaries.find(conn, harness)
             if found is None:
+                self._missed[harness] = time.monotonic()
                 return None
             self._dictionaries[harness] = found
         return self._dictionaries[harness]
+
+    def _offer(self, conn: sa.Connection, encoder: SessionEncoder,
+               made: tuple[int, int] | None) -> None:
+        if made:
+            dictionaries.offer(conn, encoder.harness, *made)
+            self._missed.pop(encoder.harness, None)  # the next session looks it up
 
     def _store_blobs(self, conn, encoded: list, now: float) -> set:
         owner: dict[str, tuple[SessionEncoder, bytes]] = {}  # name -> (encoder bringing it, bytes)
@@ -193,9 +227,7 @@ class Writes:
             piece, places = encoder.pack(datas)
             insert_pack(conn, encoder.group, piece, names, datas, places, now,
                         encoder.dictionary_id)
-            made = encoder.offer_dictionary()
-            if made:
-                dictionaries.offer(conn, encoder.harness, *made)
+            self._offer(conn, encoder, encoder.offer_dictionary())
         return set(stale)
 
 

@@ -120,6 +120,9 @@ def test_interleaved_sessions_keep_their_segments_within_the_encoders_budget(
     assert segments == (len(names) if budget is None else len(names) * len(sent))
     for name in names:
         assert list(store.iter_exchanges(name, raw=True)) == sent
+    writes = store._writes  # the budget is kept by a running total of footprints
+    assert writes._held == sum(e.footprint for e in writes._encoders.values()) > 0
+    assert len(writes._encoders) == (len(names) if budget is None else 1)
 
 
 def test_compaction_and_forks_rebuild_exactly(store):
