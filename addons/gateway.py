@@ -56,7 +56,6 @@ class GatewayAddon:
         self.addons = [recording]
         self.inflight = 0  # proxied calls and open WebSockets, for the drain
         self._health: asyncio.Task | None = None
-        self._rechecks: dict[str, asyncio.Future] = {}  # token -> its session being read again
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -107,8 +106,6 @@ class GatewayAddon:
         resolved = gw.cached(named)
         if resolved is None:
             resolved = await gw.run(gw.resolve, named)
-        elif resolved.recheck:  # the call goes on; its session is read again beside it
-            self._recheck(named)
         upstream = gw.upstreams.pick(resolved.session_id)
         if upstream is None:
             raise Refused(503, "no upstream is healthy")
@@ -131,22 +128,6 @@ class GatewayAddon:
         flow.metadata[STARTED] = reservations.started
         flow.metadata[_FLOWING] = True
         self._flowing(1)
-
-    def _recheck(self, named: keys.Named) -> None:
-        """Read the session of a call admitted on an older row again, once at a time per
-        token: what it finds is remembered (gateway.known), so a session finished through
-        another replica is refused from the next call on. The call itself is not held."""
-        if named.token in self._rechecks:
-            return
-        reading = asyncio.ensure_future(self.gateway.run(self.gateway.resolve, named))
-        self._rechecks[named.token] = reading
-        reading.add_done_callback(functools.partial(self._rechecked, named.token))
-
-    def _rechecked(self, token: str, reading: asyncio.Future) -> None:
-        del self._rechecks[token]
-        error = None if reading.cancelled() else reading.exception()
-        if error is not None and not isinstance(error, Refused | StoreError):
-            log.warning("forge-record: cannot read a session again: %r", error)
 
     def response(self, flow: http.HTTPFlow) -> None:
         upgraded = flow.response is not None and flow.response.status_code == 101

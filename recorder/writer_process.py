@@ -19,8 +19,10 @@ store.numbering; `serve` sets it):
 - its stdin carries items, each a 4-byte big-endian length and a pickle of a store Item;
 - on stdout it says `ready FINGERPRINT` once the store is open (or `error: MESSAGE` and
   exits 1); then `ack N` each time the first N items it was sent are taken care of
-  (committed, spooled or logged as failed: store.Writer's `durable`); and after its input
-  ends, one JSON line of the writer's counters (store.sink.Counters), with --tally also
+  (committed, spooled or logged as failed: store.Writer's `durable`); with --number-calls,
+  `closed SESSION STATUS` when numbering a call found its session finished or gone
+  (store.numbering; WriterProcess.on_closed hears it); and after its input ends, one JSON
+  line of the writer's counters (store.sink.Counters), with --tally also
   "usage": {session id: lineage.tally's figures};
 - its stderr is the recorder's: its warnings reach the same terminal;
 - it runs in a session of its own, so a Ctrl-C or a hangup on the agent's terminal does not
@@ -123,6 +125,9 @@ class WriterProcess(Counted):
         self.restarts = 0
         # per session, the usage the child folded as it wrote (lineage.tally), at close
         self.usage: dict[str, dict] = {}
+        # called in the reader thread with (session id, status) when the child, numbering a
+        # call, found its session finished or gone (serve: gateway.Gateway.closed)
+        self.on_closed: Callable[[str, str], None] | None = None
         self._lock = threading.Lock()  # submitters, the sender and the reader share the state
         self._inflight: deque[bytes] = deque()  # frames (partly) in the pipe, not acknowledged
         self._written_of_last = 0  # bytes of _inflight[-1] in the pipe so far
@@ -391,6 +396,8 @@ class WriterProcess(Counted):
             line = raw.decode(errors="replace").strip()
             if line.startswith("ack "):
                 self._acknowledge(proc, int(line.split()[1]))
+            elif line.startswith("closed "):
+                self._closed_session(*line.split()[1:3])
             elif line.startswith("{"):
                 try:
                     answer = json.loads(line)
@@ -401,6 +408,14 @@ class WriterProcess(Counted):
         if self._child_counters is None and proc is self._proc:
             with self._lock:
                 self._gone(None)
+
+    def _closed_session(self, session_id: str, status: str) -> None:
+        if self.on_closed is not None:
+            try:
+                self.on_closed(session_id, status)
+            except Exception:  # noqa: BLE001 - the reader must go on reading acknowledgements
+                log.exception("forge-record: cannot note that session %s is %s", session_id,
+                              status)
 
     def _acknowledge(self, proc: subprocess.Popen, durable: int) -> None:
         with self._lock:
@@ -615,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {e}")
         return 1
     say(f"ready {writer.fingerprint}")
-    numbers = CallNumbers(functools.partial(open_store, args.url, recording=True)) \
+    numbers = CallNumbers(functools.partial(open_store, args.url, recording=True),
+                          on_closed=lambda sid, status: say(f"closed {sid} {status}")) \
         if args.number_calls else None
     for items in read_batches(sys.stdin.fileno(), 0.0 if numbers else GATHER):
         for item in numbers.pass_through(items) if numbers else items:

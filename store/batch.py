@@ -305,14 +305,23 @@ def _end_session(conn: sa.Connection, item: EndSession) -> None:
         raise SessionNotFound(f"no session matches {item.session_id!r}")
 
 
+_NEXT_SEQ = (gateway_sessions.update()
+             .where(gateway_sessions.c.session_id == sa.bindparam("sid"))
+             .values(calls=gateway_sessions.c.calls + 1)
+             .returning(gateway_sessions.c.calls, gateway_sessions.c.status))
+
+
 def next_seq(conn: sa.Connection, session_id: str) -> int:
     """The next number in a `serve` session's sequence (shared by every replica)."""
-    query = (gateway_sessions.update().where(gateway_sessions.c.session_id == session_id)
-             .values(calls=gateway_sessions.c.calls + 1).returning(gateway_sessions.c.calls))
-    seq = conn.scalar(query)
-    if seq is None:
+    return take_seq(conn, session_id)[0]
+
+
+def take_seq(conn: sa.Connection, session_id: str) -> tuple[int, str]:
+    """The session's next number, and its status as the same statement found it."""
+    row = conn.execute(_NEXT_SEQ, {"sid": session_id}).first()
+    if row is None:
         raise SessionNotFound(f"no gateway session {session_id!r} to number an exchange in")
-    return seq
+    return row.calls, row.status
 
 
 def note_named_by(conn: sa.Connection, session_id: str, how: str) -> None:

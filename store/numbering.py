@@ -13,10 +13,15 @@ The writer's reading thread passes every item through a CallNumbers first:
   mid-call) stays unnumbered and takes its session's next number as it is written
   (store.batch).
 A call whose exchange never comes (the replica died) leaves its number as a gap: a missing
-call (store.gateway.missing_calls). Starts are not spooled: when the store does not answer,
-its calls are numbered as they are written, and their starts are not retried for
-`retry_every` seconds, so a store that hangs holds the reading thread up once per period at
-most, for at most `deadline` seconds.
+call (store.gateway.missing_calls).
+The statement that takes a number also reads the session's status: a session found finished
+(through any replica) or gone is reported (`on_closed(session_id, status)`; the writer
+process says it to the proxy, which refuses the session's next calls from memory). So the
+proxy never reads a session it knows again to learn that: its worker threads would take the
+GIL from the event loop on every call of a rollout.
+Starts are not spooled: when the store does not answer, its calls are numbered as they are
+written, and their starts are not retried for `retry_every` seconds, so a store that hangs
+holds the reading thread up once per period at most, for at most `deadline` seconds.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from forge_record.errors import StoreError
-from forge_record.store.batch import next_seq, note_named_by
+from forge_record.errors import SessionNotFound, StoreError
+from forge_record.store.batch import note_named_by, take_seq
 from forge_record.store.deadline import Deadline
+from forge_record.store.gateway import FINISHED
 from forge_record.store.items import AddExchange, Item, StartCall
 from forge_record.store.store import Store, StoreUnavailable
 
@@ -38,12 +44,15 @@ log = logging.getLogger("forge_record")
 DEADLINE = 5.0  # seconds a reservation may take before the store counts as down
 RETRY_EVERY = 5.0
 MAX_HELD = 100_000  # numbers kept for calls still running (the oldest forgotten first)
+GONE = "gone"  # the status reported for a session the store no longer has
 
 
 class CallNumbers:
     def __init__(self, opener: Callable[[], Store], *, deadline: float = DEADLINE,
-                 retry_every: float = RETRY_EVERY) -> None:
+                 retry_every: float = RETRY_EVERY,
+                 on_closed: Callable[[str, str], None] | None = None) -> None:
         self._opener = opener
+        self._on_closed = on_closed
         self._store: Store | None = None
         self._deadline = Deadline(deadline)
         self._retry_every = retry_every
@@ -71,28 +80,37 @@ class CallNumbers:
         if time.monotonic() < self._down_until:
             return
         try:
-            numbers = self._deadline.call("number calls", self._transaction, starts)
+            numbers, closed = self._deadline.call("number calls", self._transaction, starts)
         except StoreUnavailable as e:
             self._went_down(e)
             return
-        except StoreError:
-            numbers = self._one_by_one(starts)  # one refused (a session gone): not the rest
+        except StoreError:  # one refused (a session gone): not the rest
+            numbers, closed = self._one_by_one(starts)
         self._held.update(numbers)
+        if self._on_closed is not None:
+            for session_id, status in closed.items():
+                self._on_closed(session_id, status)
         while len(self._held) > MAX_HELD:
             self._held.popitem(last=False)
 
-    def _one_by_one(self, starts: list[StartCall]) -> dict[str, int]:
+    def _one_by_one(self, starts: list[StartCall]) -> tuple[dict[str, int], dict[str, str]]:
         numbers: dict[str, int] = {}
+        closed: dict[str, str] = {}
         for start in starts:
             try:
-                numbers.update(self._deadline.call("number a call", self._transaction, [start]))
+                one, shut = self._deadline.call("number a call", self._transaction, [start])
             except StoreUnavailable as e:
                 self._went_down(e)
                 break
+            except SessionNotFound:
+                closed[start.session_id] = GONE
             except StoreError as e:
                 log.warning("forge-record: cannot number call %s of session %s: %s",
                             start.call, start.session_id, e)
-        return numbers
+            else:
+                numbers.update(one)
+                closed.update(shut)
+        return numbers, closed
 
     def _went_down(self, error: StoreError) -> None:
         log.warning("forge-record: cannot number calls as they start (%s); numbering them as "
@@ -100,16 +118,20 @@ class CallNumbers:
         self._store = None  # its connection may be the stuck one
         self._down_until = time.monotonic() + self._retry_every
 
-    def _transaction(self, starts: list[StartCall]) -> dict[str, int]:
+    def _transaction(self, starts: list[StartCall]) -> tuple[dict[str, int], dict[str, str]]:
+        """Each start's number, and the sessions found finished (session -> status)."""
         if self._store is None:
             self._store = self._opener()
-        numbers = {}
+        numbers: dict[str, int] = {}
+        closed: dict[str, str] = {}
         with self._store.transaction("number calls") as conn:
             for start in starts:
                 if start.named_by is not None:
                     note_named_by(conn, start.session_id, start.named_by)
-                numbers[start.call] = next_seq(conn, start.session_id)
-        return numbers
+                numbers[start.call], status = take_seq(conn, start.session_id)
+                if status in FINISHED:
+                    closed[start.session_id] = status
+        return numbers, closed
 
     def close(self) -> None:
         self._deadline.close()

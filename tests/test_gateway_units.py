@@ -9,13 +9,13 @@ import functools
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 from mitmproxy.http import Headers
 from support import make_exchange
 
+from forge_record.addons.recorder import STARTED
 from forge_record.commands.serve import DEFAULT_LISTEN, parse_listen
 from forge_record.errors import UsageError
 from forge_record.gateway import api, keys, service
@@ -162,17 +162,17 @@ def test_serve_refuses_to_start_with_one_line(tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
 
 
-def test_a_session_is_served_from_memory_and_read_again_once_its_row_is_old(gateway):
-    """A session created or read here needs no store before its calls are forwarded: a row
-    younger than the TTL is used as it is, an older one too but with `recheck` (the addon
-    reads it again beside the call); once the store says it finished elsewhere, it is
-    refused from memory. One finished here is forgotten at once; a row older than STALE is
-    read before the call."""
+def test_a_session_is_served_from_memory_until_its_writer_says_it_finished(gateway):
+    """A session created or read here needs no store before its calls are forwarded, however
+    old its row (up to STALE). What can change is its end through another replica: numbering
+    a call, the writer finds it and says so (`closed`), and the session is refused from
+    memory from then on. One finished here is forgotten at once; one gone is read again (and
+    refused by the store); a row older than STALE is read before the call."""
     made = [call(gateway, "POST", "/sessions", b'{"harness": "claude-code"}')[1]
-            for _ in range(2)]
+            for _ in range(3)]
     named = [keys.Named(None, "token", "/", m["token"]) for m in made]
     first = gateway.cached(named[0])  # created here: no store read, even for its first call
-    assert (first.session_id, first.note, first.recheck) == (made[0]["id"], "token", False)
+    assert (first.session_id, first.note) == (made[0]["id"], "token")
     assert gateway.cached(named[0]).note is None  # the first call's start carries the note
     with pytest.raises(Exception) as e:  # another session's path: refused from memory too
         gateway.cached(keys.Named("other", "path", "/", made[0]["token"]))
@@ -180,60 +180,68 @@ def test_a_session_is_served_from_memory_and_read_again_once_its_row_is_old(gate
     # finished through another replica (the row changed in the store, not here)
     with gateway.store.transaction("finish elsewhere") as conn:
         gateway_rows.finish(conn, made[0]["id"], "done", 0)
-    assert gateway.cached(named[0]).recheck is False  # within the TTL: used as it is
-    gateway.known.ttl = 0.0
-    assert gateway.cached(named[0]).recheck is True  # older: used, and read again beside
+    assert gateway.cached(named[0]).session_id == made[0]["id"]  # not known here yet
+    gateway.closed(made[0]["id"], "done")  # the writer numbered a call and found it finished
     with pytest.raises(Exception) as e:
-        gateway.resolve(named[0])
-    assert e.value.status == 409
-    with pytest.raises(Exception) as e:  # what the reading found is what memory says now
         gateway.cached(named[0])
     assert e.value.status == 409
-    gateway.known.ttl = 60.0
     assert call(gateway, "POST", f"/sessions/{made[1]['id']}/finish", b'{"status": "done"}')[0] \
         == 200
     assert gateway.cached(named[1]) is None  # finished here: forgotten at once
+    gateway.closed(made[2]["id"], "gone")  # deleted: the store is asked again
+    assert gateway.cached(named[2]) is None
     gateway.known.stale = 0.0
     assert gateway.cached(named[0]) is None  # too old to use: the store is asked first
 
 
-def test_a_call_on_an_old_row_is_not_held_while_its_session_is_read_again(gateway):
-    """Through the addon: a call admitted on a row older than the TTL is forwarded while the
-    store is still being read (here: held), and what the reading finds (the session finished
-    through another replica) refuses the next call from memory."""
+def test_a_session_finished_elsewhere_is_refused_once_a_call_of_it_is_numbered(tmp_path):
+    """Through the addon and a real writer process: a session finished through another
+    replica is forwarded (its row here says open), its call's number is taken in the writer
+    with the session's status, and the next call is refused (409) from memory, with no
+    store read in the proxy."""
     from mitmproxy.test import tflow
 
     from forge_record.addons.gateway import GatewayAddon
     from forge_record.gateway.metrics import Metrics
+    from forge_record.writer_process import WriterProcess
 
-    made = call(gateway, "POST", "/sessions", b'{"harness": "claude-code"}')[1]
-    with gateway.store.transaction("finish elsewhere") as conn:
-        gateway_rows.finish(conn, made["id"], "done", 0)
-    gateway.known.ttl = 0.0
-    reading, read = threading.Event(), gateway.resolve
-    gateway.resolve = lambda named: (reading.wait(10), read(named))[1]
-    addon = GatewayAddon(gateway, None, Metrics(lambda: 0, lambda: 0, lambda: 0))
+    url = f"sqlite:///{tmp_path}/w.db"
+    store = open_store(url)
+    writer = WriterProcess(url, number_calls=True)
+    writer.ready()
+    gateway = Gateway(store, writer=writer, upstreams=Upstreams(["http://127.0.0.1:9"]),
+                      admin_token="adm", public_url="http://gw")
+    writer.on_closed = gateway.closed
+    try:
+        made = call(gateway, "POST", "/sessions", b'{"harness": "claude-code"}')[1]
+        with store.transaction("finish elsewhere") as conn:
+            gateway_rows.finish(conn, made["id"], "done", 0)
+        gateway.resolve = None  # the proxy never reads the store for this session
+        addon = GatewayAddon(gateway, None, Metrics(lambda: 0, lambda: 0, lambda: 0))
 
-    def a_call():
-        flow = tflow.tflow()
-        flow.request.path = "/v1/messages"
-        flow.request.headers["x-api-key"] = made["token"]
-        return flow
+        def a_call():
+            flow = tflow.tflow()
+            flow.request.path = "/v1/messages"
+            flow.request.headers["x-api-key"] = made["token"]
+            return flow
 
-    async def calls():
-        first = a_call()
-        await asyncio.wait_for(addon.requestheaders(first), 5)  # not waiting on the reading
-        assert first.response is None and first.request.port == 9  # forwarded
-        reading.set()
-        for _ in range(100):
-            if not addon._rechecks:
-                break
-            await asyncio.sleep(0.05)
-        second = a_call()
-        await addon.requestheaders(second)
-        return second.response.status_code
+        async def calls():
+            first = a_call()
+            await addon.requestheaders(first)
+            assert first.response is None and first.request.port == 9  # forwarded
+            first.metadata[STARTED]()  # the call starts: the writer takes its number
+            for _ in range(200):
+                second = a_call()
+                await addon.requestheaders(second)
+                if second.response is not None:
+                    return second.response.status_code
+                await asyncio.sleep(0.05)
 
-    assert asyncio.run(calls()) == 409
+        assert asyncio.run(calls()) == 409
+    finally:
+        gateway.close()
+        writer.close()
+        store.close()
 
 
 def test_known_sessions_are_bounded():
@@ -350,7 +358,6 @@ def test_how_a_session_is_named_is_recorded_by_the_writer_from_its_first_call(nu
     flow = Reservations(functools.partial(gw.start_call, sid, resolved.note))
     flow.started()
     assert gw.describe(sid)["keyed_by"] == "path"
-    gw.known.ttl = 0.0
     again = gw.resolve(keys.named("/v1/messages", Headers(x_api_key=token)))
     assert again.note is None and again.how == "token"
     store.write([StartCall(sid, "x", named_by="header")])

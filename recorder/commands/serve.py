@@ -160,6 +160,7 @@ def run_gateway(url: str, ups, host: str, port: int, *, admin_token: str,
         writer.ready()
         gateway = Gateway(store, writer, ups, admin_token=admin_token,
                           public_url=public_url or "", upstream_key=upstream_key)
+        writer.on_closed = gateway.closed  # sessions its numbering finds finished elsewhere
         engine = engine or EngineSetting()
         # once the store is known to answer, before the proxy runs: no call waits on it
         engine_name, engine_model, gateway.engine_tags = engine.resolve(

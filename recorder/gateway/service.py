@@ -69,9 +69,6 @@ class Resolved:
     # how the call named its session, when the store has no way recorded yet: the call's
     # start carries it to the writer, which records it (StartCall.named_by)
     note: str | None = None
-    # admitted on a row older than KnownSessions' TTL: the caller reads it again beside the
-    # call (`resolve`), so that a session finished elsewhere is refused from then on
-    recheck: bool = False
 
 
 class Gateway:
@@ -151,15 +148,22 @@ class Gateway:
         if named.token is None:
             return None
         digest = rows.token_hash(named.token)
-        found = self.known.get(digest)
-        if found is None:
+        row = self.known.get(digest)
+        if row is None:
             return None
-        row, age = found
         resolved = _admit(row, named)
         if row["keyed_by"] is None:  # its first call: the start carries how it was named
             resolved = dataclasses.replace(resolved, note=named.how)
             self.known.note(digest, named.how)
-        return dataclasses.replace(resolved, recheck=True) if age >= self.known.ttl else resolved
+        return resolved
+
+    def closed(self, session_id: str, status: str) -> None:
+        """In the writer's reader thread: numbering a call of the session, the writer found
+        it finished (through any replica) or gone (store.numbering)."""
+        if status in rows.FINISHED:
+            self.known.closed(session_id, status)
+        else:  # gone: the next call reads the store, which refuses it
+            self.known.forget(session_id)
 
     def resolve(self, named: keys.Named) -> Resolved:
         """The session a proxied call belongs to, or Refused (401: no valid token; 403: the
@@ -223,7 +227,7 @@ class Gateway:
             changed, row = rows.finish(conn, sid, status, exit_code)
             if changed:
                 Writes().apply(conn, [EndSession(sid, row["finished_at"], exit_code)])
-        self.known.forget(sid)  # refused here at once; elsewhere within KnownSessions' TTL
+        self.known.forget(sid)  # refused here at once; elsewhere once a call is numbered
         answer = {"id": sid, "already_finished": not changed, **_finished(row)}
         if changed and missing:
             answer["missing_calls"] = missing
