@@ -34,15 +34,25 @@ def client_at(replica: Served, session: dict) -> anthropic.Anthropic:
 
 
 def turn(client: anthropic.Anthropic, history: list[dict]) -> None:
-    """One more turn of the conversation, sent whole (as a harness does), answer kept."""
+    """One more turn of the conversation, sent whole and streamed (as a harness does), answer
+    kept."""
     history.append({"role": "user", "content": f"turn {len(history) // 2}"})
-    reply = client.messages.create(model="claude-test", max_tokens=64, messages=history)
+    with client.messages.stream(model="claude-test", max_tokens=64, messages=history) as stream:
+        reply = stream.get_final_message()
     history.append({"role": "assistant", "content": reply.content[0].text})
+
+
+# A model's answer takes time: a call's number is taken by its replica's writer a few ms after
+# it starts, so consecutive calls over replicas keep their order when a call lasts longer
+# than that (docs/ROLLOUTS.md, "Not done yet"). The mock answers at once unless paced: under
+# load, a call through one replica then ended before its number was taken, and the next call,
+# on another replica, took the smaller number.
+MODEL_PACE = {"event_delay": 0.01}
 
 
 def test_replicas_share_one_session(tmp_path, new_database):
     url = new_database()
-    with MockUpstream() as mock:
+    with MockUpstream(options=dict(MODEL_PACE)) as mock:
         replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
         try:
             s = replicas[0].client.create_session("claude-code", metadata={"group_id": "g"})
