@@ -187,6 +187,10 @@ def main() -> None:
     p.add_argument("--think", type=float, default=0.0,
                    help="seconds a rollout waits between its calls (mean): every session "
                         "then runs its calls one after another, all sessions at once")
+    p.add_argument("--lean", action="store_true",
+                   help="also a lean pass-through: mitmproxy with only the stock addons serve "
+                        "keeps (bench/proxy_server.py --kind lean), so serve / lean is what "
+                        "recording costs and bare / lean what trimming the addons saves")
     p.add_argument("--interleave", action="store_true",
                    help="run the configurations at once, their calls shuffled together")
     p.add_argument("--json", type=Path)
@@ -199,12 +203,8 @@ def main() -> None:
         mock = subprocess.Popen([sys.executable, str(ROOT / "bench/mock_server.py")],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         mock_url = f"http://127.0.0.1:{int(mock.stdout.readline().split()[1])}"
-        bare = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench/proxy_server.py"), "--kind", "bare", "--mode",
-             "reverse", "--upstream", mock_url, "--confdir", f"{tmp}/bare"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        port = int(bare.stdout.readline().split()[1])
-        bare_base = f"http://127.0.0.1:{port}"
+        kinds = ["bare", "lean"] if args.lean else ["bare"]
+        passes = {kind: pass_through(kind, mock_url, f"{tmp}/{kind}") for kind in kinds}
         gateways = {"serve": Served(Path(tmp) / "gw", f"sqlite:///{tmp}/gw.db", [mock_url])}
         if args.against:
             gateways["serve_before"] = Served(
@@ -212,12 +212,14 @@ def main() -> None:
                 env={"PYTHONPATH": str(args.against.resolve())})
         try:
             idle = {name: rss_kib(gw.proc.pid) for name, gw in gateways.items()}
-            targets = {"bare": [(bare_base, "sk-dummy")] * args.sessions}
+            targets = {name: [(base, "sk-dummy")] * args.sessions
+                       for name, (_, base) in passes.items()}
             for name, gw in gateways.items():
                 sessions = [gw.client.create_session("claude-code")
                             for _ in range(args.sessions)]
                 targets[name] = [(s["base_url"], s["token"]) for s in sessions]
-            pids = {"bare": bare.pid, **{name: gw.proc.pid for name, gw in gateways.items()}}
+            pids = {**{name: proc.pid for name, (proc, _) in passes.items()},
+                    **{name: gw.proc.pid for name, gw in gateways.items()}}
             rounds = run_rounds(targets, args, pids)
             out.update(summarize(rounds))
             for name, gw in gateways.items():
@@ -235,13 +237,22 @@ def main() -> None:
         finally:
             for gw in gateways.values():
                 gw.stop()
-            for proc in (bare, mock):
+            for proc in [proc for proc, _ in passes.values()] + [mock]:
                 proc.stdin.close()
                 proc.wait()
     text = json.dumps(out, indent=2)
     print(text)
     if args.json:
         args.json.write_text(text)
+
+
+def pass_through(kind: str, upstream: str, confdir: str) -> tuple[subprocess.Popen, str]:
+    """bench/proxy_server.py in reverse mode: the process and its base URL."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench/proxy_server.py"), "--kind", kind, "--mode",
+         "reverse", "--upstream", upstream, "--confdir", confdir],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return proc, f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"
 
 
 def run_rounds(targets: dict[str, list], args, pids: dict[str, int]) -> list[dict[str, dict]]:
@@ -285,6 +296,9 @@ def summarize(rounds: list[dict[str, dict]]) -> dict:
         out[name]["event_ratio_to_bare"] = ratio(name, "bare", "event_median_ms")
         out[name]["event_p99_ratio_to_bare"] = ratio(name, "bare", "event_p99_ms")
         out[name]["throughput_ratio_to_bare"] = ratio(name, "bare", "calls_per_s")
+    if "lean" in out:
+        out["serve"]["ttfb_ratio_to_lean"] = ratio("serve", "lean", "ttfb_median_ms")
+        out["serve"]["event_ratio_to_lean"] = ratio("serve", "lean", "event_median_ms")
     if "serve_before" in out:
         out["serve"]["ttfb_ratio_to_before"] = ratio("serve", "serve_before", "ttfb_median_ms")
         out["serve"]["event_ratio_to_before"] = ratio("serve", "serve_before",
