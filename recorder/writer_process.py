@@ -396,8 +396,8 @@ class WriterProcess(Counted):
             line = raw.decode(errors="replace").strip()
             if line.startswith("ack "):
                 self._acknowledge(proc, int(line.split()[1]))
-            elif line.startswith("closed "):
-                self._closed_session(*line.split()[1:3])
+            elif line.startswith("closed ") and len(parts := line.split()) == 3:
+                self._closed_session(parts[1], parts[2])
             elif line.startswith("{"):
                 try:
                     answer = json.loads(line)
