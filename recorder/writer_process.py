@@ -616,9 +616,11 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging(args.verbose)
     # With --number-calls this process numbers `serve`'s calls as they start and must keep
-    # up with them (there is no agent on a gateway's machine to step back for).
-    if not args.number_calls:
-        _step_back()
+    # up with them: it keeps niceness 0, since a niced thread holding the GIL while others run
+    # would hold up the numbering thread behind it. It is still batch work, so it never
+    # preempts the proxy when an item wakes it (bench/serve_sessions.py: before, the proxy's
+    # event loop lost its core to the writer on most of the two hand-offs each call makes).
+    _step_back(0 if args.number_calls else NICENESS)
     out = sys.stdout
     say = functools.partial(_say, out, threading.Lock())
     tally = Tally() if args.tally else None  # each session's usage (run's closing line)
@@ -647,16 +649,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _step_back() -> None:
-    """Lower this process's priority (see NICENESS); before any thread starts, so that the
-    writer thread has it too."""
+def _step_back(niceness: int) -> None:
+    """Make this process batch work at `niceness` (see NICENESS); before any thread starts,
+    so that every thread has it. SCHED_BATCH is what keeps a waking writer from preempting
+    the proxy; the niceness is how much CPU it gives up to others on a busy machine."""
     if hasattr(os, "SCHED_BATCH"):
         try:
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
         except OSError:
             pass  # not on this system: niceness alone
-    if hasattr(os, "nice"):
-        os.nice(NICENESS)
+    if niceness and hasattr(os, "nice"):
+        os.nice(niceness)
 
 
 def _preparer(redact_bodies: bool,

@@ -118,6 +118,20 @@ def test_the_writer_runs_as_batch_work_below_the_recorder_s_priority(tmp_path, h
         writer.close()
 
 
+def test_serve_s_writer_is_batch_work_at_the_recorder_s_own_priority(tmp_path, home):
+    # It numbers calls as they start, so it is not niced (a niced thread holding the GIL
+    # would hold up the numbering), but it must not preempt the proxy when an item wakes it.
+    writer = WriterProcess(default_store_url(tmp_path), number_calls=True)
+    writer.ready()
+    try:
+        child = os.getpriority(os.PRIO_PROCESS, writer._proc.pid)
+        assert child == os.getpriority(os.PRIO_PROCESS, 0)
+        if hasattr(os, "SCHED_BATCH"):
+            assert os.sched_getscheduler(writer._proc.pid) == os.SCHED_BATCH
+    finally:
+        writer.close()
+
+
 def test_a_stalled_writer_never_blocks_a_submit_and_loses_nothing(tmp_path, home):
     # The child is stopped, so the pipe fills: the frames that do not fit wait in memory
     # for the sender thread, and go in order once the child reads again.
