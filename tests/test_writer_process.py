@@ -132,6 +132,18 @@ def test_serve_s_writer_is_batch_work_at_the_recorder_s_own_priority(tmp_path, h
         writer.close()
 
 
+def test_the_writer_maps_its_large_blocks_so_that_dropped_encoders_are_given_back(
+        tmp_path, home, monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    writer = WriterProcess(default_store_url(tmp_path), number_calls=True)
+    writer.ready()
+    try:
+        with open(f"/proc/{writer._proc.pid}/environ", "rb") as f:
+            assert b"MALLOC_MMAP_THRESHOLD_=131072" in f.read().split(b"\0")
+    finally:
+        writer.close()
+
+
 def test_a_stalled_writer_never_blocks_a_submit_and_loses_nothing(tmp_path, home):
     # The child is stopped, so the pipe fills: the frames that do not fit wait in memory
     # for the sender thread, and go in order once the child reads again.
