@@ -94,12 +94,14 @@ MEMORY_BUDGET = 64 << 20
 # bounds the child's memory when the store is slower than the agent (store.writer).
 CHILD_QUEUE_BYTES = 32 << 20
 # glibc raises its mmap threshold to the size of each large block freed, so the zstd
-# contexts (~1.5 MB) of encoders `serve` makes and drops on nearly every call, once its open
-# sessions outgrow the encoders' budget, were then carved from the heap and never returned:
-# the writer's RSS reached 667 MB under 1,000 rollouts with a 256 MB budget. Fixed at glibc's
-# initial 128 KiB, large blocks are mapped and unmapped as they come and go: 202 MB, for
-# ~0.1 ms of CPU a call (bench/serve_sessions.py). Other C libraries ignore it.
-CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
+# contexts (several MB, mostly their 4 MiB window) of encoders `serve` makes and drops on
+# nearly every call, once its open sessions outgrow the encoders' budget, were then carved
+# from the heap and never given back: the writer's RSS reached 667 to 706 MB under 1,000
+# rollouts with a 256 MB budget. Fixed at 1 MiB, they are mapped and unmapped as they come
+# and go: 221 MB (bench/serve_sessions.py). Bodies stay on the heap: at glibc's initial 128
+# KiB, mapping each request body cost `run`'s writer 30% more CPU a call at 184 KB contexts
+# (bench/writer_session.py), at 1 MiB nothing measurable. Other C libraries ignore it.
+CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 MAX_RESTARTS = 3
 CLOSE_TIMEOUT = 90.0
 

@@ -139,7 +139,7 @@ def test_the_writer_maps_its_large_blocks_so_that_dropped_encoders_are_given_bac
     writer.ready()
     try:
         with open(f"/proc/{writer._proc.pid}/environ", "rb") as f:
-            assert b"MALLOC_MMAP_THRESHOLD_=131072" in f.read().split(b"\0")
+            assert b"MALLOC_MMAP_THRESHOLD_=1048576" in f.read().split(b"\0")
     finally:
         writer.close()
 
