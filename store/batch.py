@@ -51,7 +51,7 @@ from forge_record.records import (
 )
 from forge_record.redact.headers import SECRET_HEADERS
 from forge_record.redact.urls import redact_url
-from forge_record.store import dictionaries
+from forge_record.store import dictionaries, kept
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item, StartCall
 from forge_record.store.reader import chunks
 from forge_record.store.schema import (
@@ -137,18 +137,22 @@ class Writes:
                 ex = dataclasses.replace(ex, seq=next_seq(conn, add.session_id))
             encoder = self._encoder(conn, add.session_id, ex)
             encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
-        touched = self._store_blobs(conn, encoded, now)
+        touched, group_of = self._store_blobs(conn, encoded, now)
         for sid in {sid for sid, _, _, _ in encoded}:
             self._measure(sid)
         if encoded:
             conn.execute(_INSERT_EXCHANGE, [_row(sid, ex, enc) for sid, ex, enc, _ in encoded])
+            # Each session's pack groups: those of the blobs each exchange names that its
+            # parent does not (what the parent names was kept with the parent's batch).
+            added: dict[str, tuple[set[int], int]] = {}
+            for sid, _, enc, _ in encoded:
+                groups, n = added.get(sid, (set(), 0))
+                groups.update(group_of[b] for b in enc.blobs if b in group_of)
+                added[sid] = (groups, n + 1)
             # A batch says its recorder is alive; every BEAT_EVERY seconds is often enough.
-            ids = sorted({sid for sid, _, _, _ in encoded
-                          if now - self._beats.get(sid, 0.0) >= BEAT_EVERY})
-            if ids:
-                conn.execute(sessions.update().where(sessions.c.id.in_(ids))
-                             .values(heartbeat_at=now))
-                self._beats.update(dict.fromkeys(ids, now))
+            beat = {sid for sid in added if now - self._beats.get(sid, 0.0) >= BEAT_EVERY}
+            keep_groups(conn, added, now, beat)
+            self._beats.update(dict.fromkeys(beat, now))
         return touched
 
     def _encoder(self, conn: sa.Connection, session_id: str, ex: Exchange) -> SessionEncoder:
@@ -205,7 +209,10 @@ class Writes:
             dictionaries.offer(conn, encoder.harness, *made)
             self._missed.pop(encoder.harness, None)  # the next session looks it up
 
-    def _store_blobs(self, conn, encoded: list, now: float) -> set:
+    def _store_blobs(self, conn, encoded: list, now: float) -> tuple[set, dict[str, int]]:
+        """Store the blobs the batch brings; returns the names touched (to mark fresh once
+        committed) and the pack group of every blob the batch names, as this transaction
+        found it (see keep_groups for why it is exact)."""
         owner: dict[str, tuple[SessionEncoder, bytes]] = {}  # name -> (encoder bringing it, bytes)
         shared: set[str] = set()
         for _, _, enc, encoder in encoded:
@@ -217,6 +224,8 @@ class Writes:
         # up first so their bytes are not stored twice; a message appended to this session's
         # own history is new, so it goes straight into the pack (one statement fewer).
         present = touch(conn, [b for b in stale if b in shared], now)
+        pack_of = dict(present)  # name -> pack id, read from rows this transaction locked
+        group_of_pack: dict[int, int] = {}
         missing: dict[int, list[str]] = {}  # by encoder
         for blob in stale:
             if blob not in present:
@@ -225,10 +234,18 @@ class Writes:
             encoder = owner[names[0]][0]
             datas = [owner[n][1] for n in names]
             piece, places = encoder.pack(datas)
-            insert_pack(conn, encoder.group, piece, names, datas, places, now,
-                        encoder.dictionary_id)
+            pack_id, found = insert_pack(conn, encoder.group, piece, names, datas, places, now,
+                                         encoder.dictionary_id)
+            group_of_pack[pack_id] = encoder.group
+            pack_of.update(found)
             self._offer(conn, encoder, encoder.offer_dictionary())
-        return set(stale)
+        # The blobs this process touched lately are not touched again (hot rows: a system
+        # prompt every session names), but their pack ids are read all the same.
+        stale_set = set(stale)
+        pack_of.update(pack_ids(conn, [b for b in owner if b not in stale_set]))
+        group_of_pack.update(groups_of_packs(conn, set(pack_of.values()) - group_of_pack.keys()))
+        group_of = {b: group_of_pack[p] for b, p in pack_of.items() if p in group_of_pack}
+        return stale_set, group_of
 
 
 def _lock_segments(conn: sa.Connection, session_id: str) -> None:
@@ -242,17 +259,45 @@ def _lock_segments(conn: sa.Connection, session_id: str) -> None:
 
 
 _TOUCH = (blobs.update().where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
-          .values(touched_at=sa.bindparam("now")).returning(blobs.c.hash))
+          .values(touched_at=sa.bindparam("now")).returning(blobs.c.hash, blobs.c.pack_id))
 _NEW_PACK = packs.insert().returning(packs.c.id)
+# FOR SHARE on Postgres (SQLite has no row locks and needs none: BEGIN IMMEDIATE serializes
+# writers and gc). Blobs only, no join with packs: after waiting for a repack's UPDATE,
+# Postgres re-reads the blob row but would check the join against the pack row of the
+# statement's snapshot, the old pack, and so drop the row.
+_PACK_IDS = (sa.select(blobs.c.hash, blobs.c.pack_id)
+             .where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
+             .with_for_update(read=True))
+_GROUPS_OF_PACKS = sa.select(packs.c.id, packs.c.group_id).where(
+    packs.c.id.in_(sa.bindparam("ids", expanding=True)))
 
 
-def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
-    """Mark these blobs as used now; returns the ones that exist. Names in sorted order, so
-    that concurrent writers lock rows in the same order."""
-    present: set[str] = set()
+def touch(conn: sa.Connection, names: list[str], now: float) -> dict[str, int]:
+    """Mark these blobs as used now; returns the ones that exist, with their pack ids. Names
+    in sorted order, so that concurrent writers lock rows in the same order."""
+    present: dict[str, int] = {}
     for part in chunks(sorted(names)):
-        present.update(conn.scalars(_TOUCH, {"names": part, "now": now}))
+        present.update(conn.execute(_TOUCH, {"names": part, "now": now}).all())
     return present
+
+
+def pack_ids(conn: sa.Connection, names: list[str]) -> dict[str, int]:
+    """The pack ids of these blobs (those that exist), their rows share-locked against gc's
+    repack until this transaction ends (Postgres)."""
+    found: dict[str, int] = {}
+    for part in chunks(sorted(names)):
+        found.update(conn.execute(_PACK_IDS, {"names": part}).all())
+    return found
+
+
+def groups_of_packs(conn: sa.Connection, pack_ids: set[int]) -> dict[int, int]:
+    """pack id -> group id. Asked again in every transaction, never cached: SQLite may give
+    a deleted pack's id to a new pack. A separate statement from the one that locked the blob
+    rows, so that on Postgres it sees a repack that committed while that one waited."""
+    found: dict[int, int] = {}
+    for part in chunks(sorted(pack_ids)):
+        found.update(conn.execute(_GROUPS_OF_PACKS, {"ids": part}).all())
+    return found
 
 
 def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: float,
@@ -263,20 +308,95 @@ def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: floa
 
 def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
                 datas: list[bytes], places: list[tuple[int, int]], now: float,
-                dictionary_id: int | None = None) -> None:
+                dictionary_id: int | None = None) -> tuple[int, dict[str, int]]:
     """One pack row and the blob rows that live in it. A blob that exists already (another
-    writer stored it meanwhile) keeps its row and is only touched: our copy is dead weight."""
+    writer stored it meanwhile) keeps its row and is only touched: our copy is dead weight.
+    Returns the new pack's id and each name's pack id as its row now says (another pack's
+    for a blob that existed), read from the row the upsert locked."""
     pack_id = new_pack(conn, group, piece, sum(len(d) for d in datas), now, dictionary_id)
     rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": now}
             for n, (s, ln) in zip(names, places, strict=True)]
-    conn.execute(_upsert_blobs(conn.dialect.name), rows)
+    return pack_id, dict(conn.execute(_upsert_blobs(conn.dialect.name), rows).all())
 
 
 @functools.cache
 def _upsert_blobs(dialect: str) -> Any:
     insert = (postgresql if dialect == "postgresql" else sqlite).insert(blobs)
     return insert.on_conflict_do_update(
-        index_elements=["hash"], set_={"touched_at": insert.excluded.touched_at})
+        index_elements=["hash"], set_={"touched_at": insert.excluded.touched_at}
+    ).returning(blobs.c.hash, blobs.c.pack_id)
+
+
+# Keeping sessions' pack groups (store.kept): the sessions' rows locked in id order (Postgres;
+# SQLite's BEGIN IMMEDIATE serializes writers), then their exchanges counted in a statement of
+# its own, so that on Postgres the count is taken after the lock was granted and sees every
+# exchange committed by the writer that held it. FOR NO KEY UPDATE, the lock the UPDATE takes
+# anyway: FOR UPDATE would wait for the KEY SHARE lock another writer's exchange insert holds
+# on the row (its foreign key) while that writer waits for ours, a deadlock.
+_LOCK_SESSIONS = (sa.select(sessions.c.id, sessions.c.pack_groups, sessions.c.heartbeat_at)
+                  .where(sessions.c.id.in_(sa.bindparam("ids", expanding=True)))
+                  .order_by(sessions.c.id).with_for_update(key_share=True))
+_COUNT_EXCHANGES = (sa.select(exchanges.c.session_id, sa.func.count())
+                    .where(exchanges.c.session_id.in_(sa.bindparam("ids", expanding=True)))
+                    .group_by(exchanges.c.session_id))
+_KEEP_GROUPS = (sessions.update().where(sessions.c.id == sa.bindparam("sid"))
+                .values(pack_groups=sa.bindparam("figure"), heartbeat_at=sa.bindparam("beat")))
+
+
+def keep_groups(conn: sa.Connection, added: dict[str, tuple[set[int], int]],
+                now: float | None = None, beat: set[str] = frozenset()) -> None:
+    """Extend the kept pack groups of the sessions in `added` ({id: (groups of the blobs
+    this transaction's exchanges of it name, exchanges it inserted)}), after inserting them;
+    and write `now` as the heartbeat of the sessions in `beat`. Four statements a batch
+    (lock, count, the figures and heartbeats in one executemany, heartbeats of sessions with
+    no figure to extend), whatever the number of sessions.
+
+    A session's figure is extended only if it was valid for the exchanges it held before this
+    transaction (count - inserted), or there were none; otherwise it is left stale for gc to
+    compute. Why that is exact with several writers of one session (serve's replicas) and
+    gc running:
+    - Writers: each extends the figure under the row lock, after its own inserts, and counts
+      after the lock is granted, so it counts what the previous holder committed with its
+      figure: the counts add up, and a writer that finds a count it cannot account for
+      (rows inserted by anything that does not keep the figure) leaves it stale for good.
+    - gc's repack moves a blob to a new group with `UPDATE blobs SET pack_id`. The group of
+      each blob a batch names comes from a statement that locked its row (the touch, the
+      upsert, or SELECT ... FOR SHARE for the blobs `_fresh` skips), so the repack either
+      committed before that statement (which then reads the new pack, and groups_of_packs,
+      a later statement, sees the new pack row) or waits for this transaction to commit.
+      In the same transaction as its UPDATE, and after it, gc forgets the figures that name
+      the old group (gc._replace_group); so it sees and clears a figure this transaction
+      wrote naming the old group, and a figure extended later either reads the cleared one
+      (stale: left alone) or names the new group. Blobs packed in this transaction are in
+      this writer's young groups, which gc never repacks.
+    On SQLite every transaction is serialized, which gives the same orders."""
+    ids = sorted(added)
+    rows: dict[str, Any] = {}
+    held: dict[str, int] = {}
+    for part in chunks(ids):
+        rows.update((r.id, r) for r in conn.execute(_LOCK_SESSIONS, {"ids": part}))
+    for part in chunks(ids):
+        held.update(conn.execute(_COUNT_EXCHANGES, {"ids": part}).all())
+    figures, beats = [], []
+    for sid in ids:
+        row = rows.get(sid)
+        if row is None:
+            continue
+        groups, inserted = added[sid]
+        count = held.get(sid, 0)
+        before = count - inserted
+        old = kept.valid(row.pack_groups, before)
+        if before == 0 or old is not None:
+            figure = {"groups": sorted(set(old["groups"] if old else ()) | groups),
+                      "exchanges": count}
+            figures.append({"sid": sid, "figure": figure,
+                            "beat": now if sid in beat else row.heartbeat_at})
+        elif sid in beat:
+            beats.append(sid)
+    if figures:
+        conn.execute(_KEEP_GROUPS, figures)
+    if beats:
+        conn.execute(sessions.update().where(sessions.c.id.in_(beats)).values(heartbeat_at=now))
 
 
 def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
