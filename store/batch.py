@@ -17,6 +17,10 @@ that no committed manifest names, so a blob a writer relies on without touching 
 by it recently. If gc deleted a blob just before step 1, step 1 misses it and step 2 writes
 it again.
 
+Each batch also keeps its sessions' pack groups (store.kept `pack_groups`): the groups of the
+blobs each exchange names that its parent does not, added under the session row's lock to a
+figure that was valid (see keep_groups, and REPACK_LOCK for gc's repacks).
+
 With `if_absent`, items already stored are skipped instead of failing (a session or an
 exchange with the same key): spool replay and push use it, so repeating them is harmless.
 
@@ -100,12 +104,14 @@ class Writes:
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
         now = time.time()
+        adds = [i for i in items if isinstance(i, AddExchange)]
+        if adds:
+            hold_off_repacks(conn)  # first, before this transaction locks any row
         for item in items:
             if isinstance(item, AddSession):
                 _add_session(conn, item, if_absent)
             elif isinstance(item, StartCall) and item.named_by is not None:
                 note_named_by(conn, item.session_id, item.named_by)
-        adds = [i for i in items if isinstance(i, AddExchange)]
         touched = self._add_exchanges(conn, adds, if_absent, now) if adds else set()
         for item in items:
             if isinstance(item, EndSession):
@@ -224,8 +230,7 @@ class Writes:
         # up first so their bytes are not stored twice; a message appended to this session's
         # own history is new, so it goes straight into the pack (one statement fewer).
         present = touch(conn, [b for b in stale if b in shared], now)
-        pack_of = dict(present)  # name -> pack id, read from rows this transaction locked
-        group_of_pack: dict[int, int] = {}
+        group_of: dict[str, int] = {}
         missing: dict[int, list[str]] = {}  # by encoder
         for blob in stale:
             if blob not in present:
@@ -236,16 +241,14 @@ class Writes:
             piece, places = encoder.pack(datas)
             pack_id, found = insert_pack(conn, encoder.group, piece, names, datas, places, now,
                                          encoder.dictionary_id)
-            group_of_pack[pack_id] = encoder.group
-            pack_of.update(found)
+            group_of.update((n, encoder.group) for n, p in found.items() if p == pack_id)
             self._offer(conn, encoder, encoder.offer_dictionary())
-        # The blobs this process touched lately are not touched again (hot rows: a system
-        # prompt every session names), but their pack ids are read all the same.
-        stale_set = set(stale)
-        pack_of.update(pack_ids(conn, [b for b in owner if b not in stale_set]))
-        group_of_pack.update(groups_of_packs(conn, set(pack_of.values()) - group_of_pack.keys()))
-        group_of = {b: group_of_pack[p] for b, p in pack_of.items() if p in group_of_pack}
-        return stale_set, group_of
+        # Every other blob named: touched, stored by another writer first (its row kept its
+        # pack), or one this process touched lately and does not touch again (hot rows: the
+        # system prompt every session names). One statement; no repack can move them before
+        # this transaction ends (hold_off_repacks).
+        group_of.update(groups_of(conn, [b for b in owner if b not in group_of]))
+        return set(stale), group_of
 
 
 def _lock_segments(conn: sa.Connection, session_id: str) -> None:
@@ -259,44 +262,53 @@ def _lock_segments(conn: sa.Connection, session_id: str) -> None:
 
 
 _TOUCH = (blobs.update().where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
-          .values(touched_at=sa.bindparam("now")).returning(blobs.c.hash, blobs.c.pack_id))
+          .values(touched_at=sa.bindparam("now")).returning(blobs.c.hash))
 _NEW_PACK = packs.insert().returning(packs.c.id)
-# FOR SHARE on Postgres (SQLite has no row locks and needs none: BEGIN IMMEDIATE serializes
-# writers and gc). Blobs only, no join with packs: after waiting for a repack's UPDATE,
-# Postgres re-reads the blob row but would check the join against the pack row of the
-# statement's snapshot, the old pack, and so drop the row.
-_PACK_IDS = (sa.select(blobs.c.hash, blobs.c.pack_id)
-             .where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
-             .with_for_update(read=True))
-_GROUPS_OF_PACKS = sa.select(packs.c.id, packs.c.group_id).where(
-    packs.c.id.in_(sa.bindparam("ids", expanding=True)))
+_GROUPS_OF = (sa.select(blobs.c.hash, packs.c.group_id)
+              .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
+              .where(blobs.c.hash.in_(sa.bindparam("names", expanding=True))))
+# On Postgres, gc's repacks and the transactions that insert exchanges never overlap: each
+# of those takes this advisory lock shared, as its first statement, and a repack takes it
+# exclusive (gc._replace_group). So the pack groups a writer reads for the blobs it names
+# stay theirs until it commits, without locking the blob rows (SELECT ... FOR SHARE on the
+# blobs it does not touch deadlocked two writers of one session, each holding a row the
+# other's touch or upsert needed, and writes a lock into hot rows such as a system prompt's).
+# Taken first, it is never waited for while holding a row lock, so it adds no deadlock.
+# SQLite's BEGIN IMMEDIATE already serializes every writer and gc.
+REPACK_LOCK = 0x6672706B  # "frpk"
+_REPACK_LOCK_SHARED = sa.text("SELECT pg_advisory_xact_lock_shared(:key)")
+_REPACK_LOCK = sa.text("SELECT pg_advisory_xact_lock(:key)")
 
 
-def touch(conn: sa.Connection, names: list[str], now: float) -> dict[str, int]:
-    """Mark these blobs as used now; returns the ones that exist, with their pack ids. Names
-    in sorted order, so that concurrent writers lock rows in the same order."""
-    present: dict[str, int] = {}
+def hold_off_repacks(conn: sa.Connection) -> None:
+    """Keep gc from repacking until this transaction ends (see REPACK_LOCK)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_REPACK_LOCK_SHARED, {"key": REPACK_LOCK})
+
+
+def exclude_writers(conn: sa.Connection) -> None:
+    """For gc's repack: wait for the writers in flight, and keep new ones waiting, until this
+    transaction ends (see REPACK_LOCK)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_REPACK_LOCK, {"key": REPACK_LOCK})
+
+
+def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
+    """Mark these blobs as used now; returns the ones that exist. Names in sorted order, so
+    that concurrent writers lock rows in the same order."""
+    present: set[str] = set()
     for part in chunks(sorted(names)):
-        present.update(conn.execute(_TOUCH, {"names": part, "now": now}).all())
+        present.update(conn.scalars(_TOUCH, {"names": part, "now": now}))
     return present
 
 
-def pack_ids(conn: sa.Connection, names: list[str]) -> dict[str, int]:
-    """The pack ids of these blobs (those that exist), their rows share-locked against gc's
-    repack until this transaction ends (Postgres)."""
+def groups_of(conn: sa.Connection, names: list[str]) -> dict[str, int]:
+    """The pack group of each of these blobs that exists, as this transaction finds it.
+    Never cached across transactions: a repack moves blobs, and SQLite may give a deleted
+    pack's id to a new pack."""
     found: dict[str, int] = {}
     for part in chunks(sorted(names)):
-        found.update(conn.execute(_PACK_IDS, {"names": part}).all())
-    return found
-
-
-def groups_of_packs(conn: sa.Connection, pack_ids: set[int]) -> dict[int, int]:
-    """pack id -> group id. Asked again in every transaction, never cached: SQLite may give
-    a deleted pack's id to a new pack. A separate statement from the one that locked the blob
-    rows, so that on Postgres it sees a repack that committed while that one waited."""
-    found: dict[int, int] = {}
-    for part in chunks(sorted(pack_ids)):
-        found.update(conn.execute(_GROUPS_OF_PACKS, {"ids": part}).all())
+        found.update(conn.execute(_GROUPS_OF, {"names": part}).all())
     return found
 
 
@@ -312,7 +324,7 @@ def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
     """One pack row and the blob rows that live in it. A blob that exists already (another
     writer stored it meanwhile) keeps its row and is only touched: our copy is dead weight.
     Returns the new pack's id and each name's pack id as its row now says (another pack's
-    for a blob that existed), read from the row the upsert locked."""
+    for a blob that existed)."""
     pack_id = new_pack(conn, group, piece, sum(len(d) for d in datas), now, dictionary_id)
     rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": now}
             for n, (s, ln) in zip(names, places, strict=True)]
@@ -347,9 +359,9 @@ def keep_groups(conn: sa.Connection, added: dict[str, tuple[set[int], int]],
                 now: float | None = None, beat: set[str] = frozenset()) -> None:
     """Extend the kept pack groups of the sessions in `added` ({id: (groups of the blobs
     this transaction's exchanges of it name, exchanges it inserted)}), after inserting them;
-    and write `now` as the heartbeat of the sessions in `beat`. Four statements a batch
-    (lock, count, the figures and heartbeats in one executemany, heartbeats of sessions with
-    no figure to extend), whatever the number of sessions.
+    and write `now` as the heartbeat of the sessions in `beat`. At most four statements a
+    batch of up to 500 sessions: lock, count, the figures with the heartbeats (one
+    executemany), and the heartbeats of sessions with no figure to extend.
 
     A session's figure is extended only if it was valid for the exchanges it held before this
     transaction (count - inserted), or there were none; otherwise it is left stale for gc to
@@ -359,17 +371,18 @@ def keep_groups(conn: sa.Connection, added: dict[str, tuple[set[int], int]],
       after the lock is granted, so it counts what the previous holder committed with its
       figure: the counts add up, and a writer that finds a count it cannot account for
       (rows inserted by anything that does not keep the figure) leaves it stale for good.
-    - gc's repack moves a blob to a new group with `UPDATE blobs SET pack_id`. The group of
-      each blob a batch names comes from a statement that locked its row (the touch, the
-      upsert, or SELECT ... FOR SHARE for the blobs `_fresh` skips), so the repack either
-      committed before that statement (which then reads the new pack, and groups_of_packs,
-      a later statement, sees the new pack row) or waits for this transaction to commit.
-      In the same transaction as its UPDATE, and after it, gc forgets the figures that name
-      the old group (gc._replace_group); so it sees and clears a figure this transaction
-      wrote naming the old group, and a figure extended later either reads the cleared one
-      (stale: left alone) or names the new group. Blobs packed in this transaction are in
-      this writer's young groups, which gc never repacks.
-    On SQLite every transaction is serialized, which gives the same orders."""
+    - gc's repack moves blobs to a new group (`UPDATE blobs SET pack_id`) and deletes the old
+      group's packs, and in the same transaction, after those, forgets the figures naming the
+      old group (gc._replace_group). Repacks and writers' transactions do not overlap
+      (REPACK_LOCK; SQLite serializes all of them): a writer that began after the repack
+      committed reads the new groups; one that began before it commits before the repack
+      starts, so the repack sees its figure and forgets it if it names the old group. A
+      figure extended after that reads the forgotten one (stale: left alone) or names only
+      groups that exist. Blobs packed in this transaction are in this writer's young groups,
+      which gc never repacks.
+    - A gc that stops between its repacks leaves no figure naming a group that is gone: each
+      repack forgets in its own transaction.
+    The caller took hold_off_repacks first in the transaction."""
     ids = sorted(added)
     rows: dict[str, Any] = {}
     held: dict[str, int] = {}

@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from forge_record.errors import StoreError
 from forge_record.identity import blob_key
 from forge_record.store import compression, content, dictionaries, kept
-from forge_record.store.batch import new_pack
+from forge_record.store.batch import exclude_writers, new_pack
 from forge_record.store.reader import BlobReader, chunks
 from forge_record.store.schema import LAYOUT_RECORD, BlobName, blobs, exchanges, packs, sessions
 from forge_record.store.segments import spans
@@ -242,12 +242,12 @@ def _dying(conn: sa.Connection, untouched_since: float) -> sa.ColumnElement[bool
 
 def _forget_groups(conn: sa.Connection, group: int) -> None:
     """Sessions whose kept groups name `group` lose them (its blobs moved or went); the next
-    gc finds them again. Run in the transaction that drops or repacks the group, after its
-    UPDATE of the blobs: a writer that read a blob of the group before it (store.batch
-    keep_groups) has committed by then, so its figure is seen here; and a gc stopped midway
-    never leaves a figure naming a group that is gone (the next gc would trust it, and take
-    the blobs of the new group for unnamed). Group ids are 62-bit random numbers: the text
-    match finds the few figures to read, not the ones to clear."""
+    gc finds them again. Run in the transaction that drops or repacks the group, which no
+    writer overlaps (store.batch.REPACK_LOCK): every figure a writer kept from the old group
+    is committed and seen here, and a gc stopped midway never leaves a figure naming a group
+    that is gone (the next gc would trust it, and take the blobs of the new group for
+    unnamed). Group ids are 62-bit random numbers: the text match finds the few figures to
+    read, not the ones to clear."""
     query = (sa.select(sessions.c.id, sessions.c.pack_groups)
              .where(sa.cast(sessions.c.pack_groups, sa.Text).like(f"%{group}%")))
     stale = sorted(sid for sid, figure in conn.execute(query)
@@ -298,10 +298,10 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
 
 def _replace_group(store: Store, group: int, names: list[str]) -> None:
     """Move `names` to a new group of one pack, then drop the old group and forget the kept
-    figures that name it, all in one transaction. Names sorted: writers lock blob rows in
-    that order too."""
+    figures that name it, all in one transaction, which no writer overlaps."""
     names = sorted(names)
     with store.transaction(f"repack group {group}") as conn:
+        exclude_writers(conn)  # first: see store.batch.REPACK_LOCK
         if names:
             reader = BlobReader(conn)
             reader.load(names)

@@ -27,7 +27,8 @@ from forge_record.errors import UsageError
 from forge_record.store import compression, content, kept
 from forge_record.store.batch import (
     dialect_insert,
-    groups_of_packs,
+    groups_of,
+    hold_off_repacks,
     insert_pack,
     keep_groups,
     touch,
@@ -129,17 +130,16 @@ def _copy_batch(source: Store, target: Store, session_id: str, batch: list) -> i
         rows.sort(key=lambda r: order[r["seq"]])
         now = time.time()
         with target.transaction(f"push exchanges of {session_id}") as out:
-            pack_of = touch(out, sorted(names), now)
-            missing = sorted(names - pack_of.keys())
+            hold_off_repacks(out)
+            missing = sorted(names - touch(out, sorted(names), now))
             if missing:
                 reader = BlobReader(conn)
                 reader.load(missing)
                 datas = [reader.get(n) for n in missing]
                 piece = compression.Stream().piece(b"".join(datas))
-                pack_of.update(insert_pack(out, secrets.randbits(62), piece, missing, datas,
-                                           spans(datas), now)[1])
+                insert_pack(out, secrets.randbits(62), piece, missing, datas, spans(datas), now)
             out.execute(exchanges.insert(), rows)
             # The target's pack groups of what these manifests name (store.batch.keep_groups)
-            groups = set(groups_of_packs(out, set(pack_of.values())).values())
+            groups = set(groups_of(out, sorted(names)).values())
             keep_groups(out, {session_id: (groups, len(rows))})
     return len(missing)

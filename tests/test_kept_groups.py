@@ -221,8 +221,8 @@ def test_writes_after_a_repack_never_keep_only_the_old_group(store, store_url):
 @pytest.mark.postgres
 def test_a_repack_waits_for_a_writer_naming_its_blobs_and_forgets_its_figure(new_database):
     """A writer's transaction names blobs of the group gc repacks (blobs it wrote lately, so
-    it reads them FOR SHARE rather than touching them): the repack waits for its commit, then
-    forgets the figure that names the old group."""
+    it does not touch them, and locks no row of theirs): the repack waits for its commit
+    (store.batch.REPACK_LOCK), then forgets the figure that names the old group."""
     url = new_database()
     store, collector = open_store(url), open_store(url)
     try:
