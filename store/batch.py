@@ -340,12 +340,17 @@ def _upsert_blobs(dialect: str) -> Any:
 
 
 # Keeping sessions' pack groups (store.kept): the sessions' rows locked in id order (Postgres;
-# SQLite's BEGIN IMMEDIATE serializes writers), then their exchanges counted in a statement of
-# its own, so that on Postgres the count is taken after the lock was granted and sees every
-# exchange committed by the writer that held it. FOR NO KEY UPDATE, the lock the UPDATE takes
-# anyway: FOR UPDATE would wait for the KEY SHARE lock another writer's exchange insert holds
-# on the row (its foreign key) while that writer waits for ours, a deadlock.
-_LOCK_SESSIONS = (sa.select(sessions.c.id, sessions.c.pack_groups, sessions.c.heartbeat_at)
+# SQLite's BEGIN IMMEDIATE serializes writers), with their exchanges counted. FOR NO KEY
+# UPDATE, the lock the UPDATE takes anyway: FOR UPDATE would wait for the KEY SHARE lock
+# another writer's exchange insert holds on the row (its foreign key) while that writer waits
+# for ours, a deadlock. On Postgres the count in that statement is of its snapshot, taken
+# before any wait for the lock, so it may miss what the writer we waited for committed: see
+# keep_groups for when it is trusted, and _COUNT_EXCHANGES, a statement of its own after the
+# lock, for when it is not.
+_LOCK_SESSIONS = (sa.select(sessions.c.id, sessions.c.pack_groups, sessions.c.heartbeat_at,
+                            sa.select(sa.func.count()).select_from(exchanges)
+                            .where(exchanges.c.session_id == sessions.c.id)
+                            .scalar_subquery().label("held"))
                   .where(sessions.c.id.in_(sa.bindparam("ids", expanding=True)))
                   .order_by(sessions.c.id).with_for_update(key_share=True))
 _COUNT_EXCHANGES = (sa.select(exchanges.c.session_id, sa.func.count())
@@ -359,9 +364,10 @@ def keep_groups(conn: sa.Connection, added: dict[str, tuple[set[int], int]],
                 now: float | None = None, beat: set[str] = frozenset()) -> None:
     """Extend the kept pack groups of the sessions in `added` ({id: (groups of the blobs
     this transaction's exchanges of it name, exchanges it inserted)}), after inserting them;
-    and write `now` as the heartbeat of the sessions in `beat`. At most four statements a
-    batch of up to 500 sessions: lock, count, the figures with the heartbeats (one
-    executemany), and the heartbeats of sessions with no figure to extend.
+    and write `now` as the heartbeat of the sessions in `beat`. Two statements a batch of
+    up to 500 sessions (lock and count; the figures with the heartbeats, one executemany),
+    and at most two more: a count after the lock for sessions whose figure the first count
+    does not extend, the heartbeats of sessions with no figure to extend.
 
     A session's figure is extended only if it was valid for the exchanges it held before this
     transaction (count - inserted), or there were none; otherwise it is left stale for gc to
@@ -371,6 +377,11 @@ def keep_groups(conn: sa.Connection, added: dict[str, tuple[set[int], int]],
       after the lock is granted, so it counts what the previous holder committed with its
       figure: the counts add up, and a writer that finds a count it cannot account for
       (rows inserted by anything that does not keep the figure) leaves it stale for good.
+      The count taken with the lock is of the snapshot before any wait for it; it is used
+      only where it extends the figure (figure's count + inserted == it, or inserted == it).
+      That is sound: the figure written says that count, so it is valid later only if no
+      exchange committed after that snapshot; and if none did, the snapshot's count is the
+      count after the lock. Where it does not fit, the sessions are counted again.
     - gc's repack moves blobs to a new group (`UPDATE blobs SET pack_id`) and deletes the old
       group's packs, and in the same transaction, after those, forgets the figures naming the
       old group (gc._replace_group). Repacks and writers' transactions do not overlap
@@ -385,29 +396,32 @@ def keep_groups(conn: sa.Connection, added: dict[str, tuple[set[int], int]],
     The caller took hold_off_repacks first in the transaction."""
     ids = sorted(added)
     rows: dict[str, Any] = {}
-    held: dict[str, int] = {}
     for part in chunks(ids):
         rows.update((r.id, r) for r in conn.execute(_LOCK_SESSIONS, {"ids": part}))
-    for part in chunks(ids):
-        held.update(conn.execute(_COUNT_EXCHANGES, {"ids": part}).all())
-    figures, beats = [], []
-    for sid in ids:
-        row = rows.get(sid)
-        if row is None:
-            continue
+
+    def extended(sid: str, count: int) -> dict | None:
         groups, inserted = added[sid]
-        count = held.get(sid, 0)
         before = count - inserted
-        old = kept.valid(row.pack_groups, before)
+        old = kept.valid(rows[sid].pack_groups, before)
         if before == 0 or old is not None:
-            figure = {"groups": sorted(set(old["groups"] if old else ()) | groups),
-                      "exchanges": count}
-            figures.append({"sid": sid, "figure": figure,
-                            "beat": now if sid in beat else row.heartbeat_at})
+            return {"groups": sorted(set(old["groups"] if old else ()) | groups),
+                    "exchanges": count}
+        return None
+
+    figures = {sid: extended(sid, rows[sid].held) for sid in ids if sid in rows}
+    again = [sid for sid, figure in figures.items() if figure is None]
+    for part in chunks(again):
+        for sid, count in conn.execute(_COUNT_EXCHANGES, {"ids": part}):
+            figures[sid] = extended(sid, count)
+    writes, beats = [], []
+    for sid, figure in figures.items():
+        if figure is not None:
+            writes.append({"sid": sid, "figure": figure,
+                           "beat": now if sid in beat else rows[sid].heartbeat_at})
         elif sid in beat:
             beats.append(sid)
-    if figures:
-        conn.execute(_KEEP_GROUPS, figures)
+    if writes:
+        conn.execute(_KEEP_GROUPS, writes)
     if beats:
         conn.execute(sessions.update().where(sessions.c.id.in_(beats)).values(heartbeat_at=now))
 
