@@ -46,6 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from forge_record.errors import SessionNotFound
+from forge_record.identity import blob_key, blob_key_name
 from forge_record.records import (
     RECORD_VERSION,
     Exchange,
@@ -264,6 +265,8 @@ def _lock_segments(conn: sa.Connection, session_id: str) -> None:
 _TOUCH = (blobs.update().where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
           .values(touched_at=sa.bindparam("now")).returning(blobs.c.hash))
 _NEW_PACK = packs.insert().returning(packs.c.id)
+_GROUPS_OF_PG = sa.text("SELECT b.hash, p.group_id FROM blobs b JOIN packs p ON p.id = "
+                        "b.pack_id WHERE b.hash = ANY(:keys)")
 _GROUPS_OF = (sa.select(blobs.c.hash, packs.c.group_id)
               .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
               .where(blobs.c.hash.in_(sa.bindparam("names", expanding=True))))
@@ -307,6 +310,13 @@ def groups_of(conn: sa.Connection, names: list[str]) -> dict[str, int]:
     Never cached across transactions: a repack moves blobs, and SQLite may give a deleted
     pack's id to a new pack."""
     found: dict[str, int] = {}
+    if conn.dialect.name == "postgresql" and names:
+        # One array parameter: the same statement text every time, which psycopg prepares
+        # (an IN list is new text for every length; see gc._GROUPS_OF_PG).
+        keys = [blob_key(n) for n in names]
+        found.update((blob_key_name(bytes(k)), g) for k, g in conn.execute(_GROUPS_OF_PG,
+                                                                           {"keys": keys}))
+        return found
     for part in chunks(sorted(names)):
         found.update(conn.execute(_GROUPS_OF, {"names": part}).all())
     return found
