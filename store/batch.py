@@ -231,7 +231,6 @@ class Writes:
         # up first so their bytes are not stored twice; a message appended to this session's
         # own history is new, so it goes straight into the pack (one statement fewer).
         present = touch(conn, [b for b in stale if b in shared], now)
-        group_of: dict[str, int] = {}
         missing: dict[int, list[str]] = {}  # by encoder
         for blob in stale:
             if blob not in present:
@@ -240,16 +239,16 @@ class Writes:
             encoder = owner[names[0]][0]
             datas = [owner[n][1] for n in names]
             piece, places = encoder.pack(datas)
-            pack_id, found = insert_pack(conn, encoder.group, piece, names, datas, places, now,
-                                         encoder.dictionary_id)
-            group_of.update((n, encoder.group) for n, p in found.items() if p == pack_id)
+            insert_pack(conn, encoder.group, piece, names, datas, places, now,
+                        encoder.dictionary_id)
             self._offer(conn, encoder, encoder.offer_dictionary())
-        # Every other blob named: touched, stored by another writer first (its row kept its
-        # pack), or one this process touched lately and does not touch again (hot rows: the
-        # system prompt every session names). One statement; no repack can move them before
-        # this transaction ends (hold_off_repacks).
-        group_of.update(groups_of(conn, [b for b in owner if b not in group_of]))
-        return set(stale), group_of
+        # The group of every blob named, as its row now says: packed here, stored by another
+        # writer first (its row kept its pack), touched, or touched lately by this process and
+        # not again (hot rows: the system prompt every session names). One statement (the
+        # upsert's RETURNING would tell the packed ones, but costs more than naming them
+        # here); no repack can move any of them before this transaction ends
+        # (hold_off_repacks).
+        return set(stale), groups_of(conn, list(owner))
 
 
 def _lock_segments(conn: sa.Connection, session_id: str) -> None:
@@ -330,23 +329,20 @@ def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: floa
 
 def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
                 datas: list[bytes], places: list[tuple[int, int]], now: float,
-                dictionary_id: int | None = None) -> tuple[int, dict[str, int]]:
+                dictionary_id: int | None = None) -> None:
     """One pack row and the blob rows that live in it. A blob that exists already (another
-    writer stored it meanwhile) keeps its row and is only touched: our copy is dead weight.
-    Returns the new pack's id and each name's pack id as its row now says (another pack's
-    for a blob that existed)."""
+    writer stored it meanwhile) keeps its row and is only touched: our copy is dead weight."""
     pack_id = new_pack(conn, group, piece, sum(len(d) for d in datas), now, dictionary_id)
     rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": now}
             for n, (s, ln) in zip(names, places, strict=True)]
-    return pack_id, dict(conn.execute(_upsert_blobs(conn.dialect.name), rows).all())
+    conn.execute(_upsert_blobs(conn.dialect.name), rows)
 
 
 @functools.cache
 def _upsert_blobs(dialect: str) -> Any:
     insert = (postgresql if dialect == "postgresql" else sqlite).insert(blobs)
     return insert.on_conflict_do_update(
-        index_elements=["hash"], set_={"touched_at": insert.excluded.touched_at}
-    ).returning(blobs.c.hash, blobs.c.pack_id)
+        index_elements=["hash"], set_={"touched_at": insert.excluded.touched_at})
 
 
 # Keeping sessions' pack groups (store.kept): the sessions' rows locked in id order (Postgres;
