@@ -244,10 +244,10 @@ class Writes:
             self._offer(conn, encoder, encoder.offer_dictionary())
         # The group of every blob named, as its row now says: packed here, stored by another
         # writer first (its row kept its pack), touched, or touched lately by this process and
-        # not again (hot rows: the system prompt every session names). One statement (the
-        # upsert's RETURNING would tell the packed ones, but costs more than naming them
-        # here); no repack can move any of them before this transaction ends
-        # (hold_off_repacks).
+        # not again (hot rows: the system prompt every session names). One statement, with
+        # the packed ones too rather than a RETURNING on the upsert (SQLAlchemy then builds
+        # a multi-row VALUES statement; a profile gave it more CPU); no repack can move any
+        # of them before this transaction ends (hold_off_repacks).
         return set(stale), groups_of(conn, list(owner))
 
 
