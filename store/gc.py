@@ -10,10 +10,9 @@ collect(store, older_than, dry_run) does, in order:
    manifests name blobs in (store.kept, `pack_groups`: the writer keeps them as it writes),
    so a remaining session is decoded only while one of its groups still holds a blob in
    question that no session was found to name yet, or when it has no valid kept groups (then
-   they are found and kept). Blobs in a
-   group no remaining session names are not live either. A blob nothing ever named in a
-   group that sessions still name (a writer that died between its blobs and its exchanges)
-   stays until its group is no longer named.
+   they are found and kept). Blobs in a group no remaining session names are not live
+   either. A blob nothing ever named in a group that sessions still name (a writer that died
+   between its blobs and its exchanges) stays until its group is no longer named.
 3. A blob that is not live and that no writer touched in the last GRACE seconds is deleted.
    Writers touch the blobs they reuse at least every write.FRESH_FOR seconds (far less than
    GRACE) inside the transaction that names them, and gc's DELETE checks touched_at again, so
@@ -299,7 +298,6 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
 def _replace_group(store: Store, group: int, names: list[str]) -> None:
     """Move `names` to a new group of one pack, then drop the old group and forget the kept
     figures that name it, all in one transaction, which no writer overlaps."""
-    names = sorted(names)
     with store.transaction(f"repack group {group}") as conn:
         exclude_writers(conn)  # first: see store.batch.REPACK_LOCK
         if names:
