@@ -11,7 +11,9 @@ blobs, packs) are then copied as stored into the measured store, one *round* of 
 time with new session ids and start times, until it holds the size asked for; the measured
 store grows from one size to the next. So every copy names the same blobs as its template:
 the exchanges table scales, the blob and pack tables do not (docs/BENCHMARKS.md says what that
-leaves out). Postgres runs in a database this bench creates and drops.
+leaves out). A copy carries its template's kept pack groups (`sessions.pack_groups`, which the
+writer keeps), as a session the writer wrote would; no `lineage` is kept yet. Postgres runs in
+a database this bench creates and drops.
 
 Sessions start one minute apart, newest first in copy order; each carries the tags
 `round=<copy round>` (100 sessions with 100 templates) and `team=t<template % 10>`. Measured,
@@ -85,11 +87,13 @@ class Templates:
         exchanges come from here; later rounds copy round 0's inside the database
         (INSERT ... SELECT), so a million rows never pass through Python."""
         count = len(self.sessions)
+        # Each copy carries its template's pack groups as the writer kept them (the same
+        # exchanges, naming the same blobs); `lineage` is left for `sessions` to compute.
         rows = []
         for t, s in enumerate(self.sessions):
             started = BASE - (n * count + t) * 60.0
             rows.append({**s, "id": _copy_id(n, s["id"]), "started_at": started,
-                         "ended_at": started + 50, "lineage": None, "pack_groups": None,
+                         "ended_at": started + 50, "lineage": None,
                          "tags": {"round": str(n), "team": f"t{t % 10}"}})
         conn.execute(sessions.insert(), rows)
         if n == 0:

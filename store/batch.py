@@ -17,6 +17,10 @@ that no committed manifest names, so a blob a writer relies on without touching 
 by it recently. If gc deleted a blob just before step 1, step 1 misses it and step 2 writes
 it again.
 
+Each batch also keeps its sessions' pack groups (store.kept `pack_groups`): the groups of the
+blobs each exchange names that its parent does not, added under the session row's lock to a
+figure that was valid (see keep_groups, and REPACK_LOCK for gc's repacks).
+
 With `if_absent`, items already stored are skipped instead of failing (a session or an
 exchange with the same key): spool replay and push use it, so repeating them is harmless.
 
@@ -42,6 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from forge_record.errors import SessionNotFound
+from forge_record.identity import blob_key, blob_key_name
 from forge_record.records import (
     RECORD_VERSION,
     Exchange,
@@ -51,7 +56,7 @@ from forge_record.records import (
 )
 from forge_record.redact.headers import SECRET_HEADERS
 from forge_record.redact.urls import redact_url
-from forge_record.store import dictionaries
+from forge_record.store import dictionaries, kept
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item, StartCall
 from forge_record.store.reader import chunks
 from forge_record.store.schema import (
@@ -100,12 +105,14 @@ class Writes:
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
         now = time.time()
+        adds = [i for i in items if isinstance(i, AddExchange)]
+        if adds:
+            hold_off_repacks(conn)  # first, before this transaction locks any row
         for item in items:
             if isinstance(item, AddSession):
                 _add_session(conn, item, if_absent)
             elif isinstance(item, StartCall) and item.named_by is not None:
                 note_named_by(conn, item.session_id, item.named_by)
-        adds = [i for i in items if isinstance(i, AddExchange)]
         touched = self._add_exchanges(conn, adds, if_absent, now) if adds else set()
         for item in items:
             if isinstance(item, EndSession):
@@ -137,18 +144,22 @@ class Writes:
                 ex = dataclasses.replace(ex, seq=next_seq(conn, add.session_id))
             encoder = self._encoder(conn, add.session_id, ex)
             encoded.append((add.session_id, ex, encoder.encode(ex), encoder))
-        touched = self._store_blobs(conn, encoded, now)
+        touched, group_of = self._store_blobs(conn, encoded, now)
         for sid in {sid for sid, _, _, _ in encoded}:
             self._measure(sid)
         if encoded:
             conn.execute(_INSERT_EXCHANGE, [_row(sid, ex, enc) for sid, ex, enc, _ in encoded])
+            # Each session's pack groups: those of the blobs each exchange names that its
+            # parent does not (what the parent names was kept with the parent's batch).
+            added: dict[str, tuple[set[int], int]] = {}
+            for sid, _, enc, _ in encoded:
+                groups, n = added.get(sid, (set(), 0))
+                groups.update(group_of[b] for b in enc.blobs if b in group_of)
+                added[sid] = (groups, n + 1)
             # A batch says its recorder is alive; every BEAT_EVERY seconds is often enough.
-            ids = sorted({sid for sid, _, _, _ in encoded
-                          if now - self._beats.get(sid, 0.0) >= BEAT_EVERY})
-            if ids:
-                conn.execute(sessions.update().where(sessions.c.id.in_(ids))
-                             .values(heartbeat_at=now))
-                self._beats.update(dict.fromkeys(ids, now))
+            beat = {sid for sid in added if now - self._beats.get(sid, 0.0) >= BEAT_EVERY}
+            keep_groups(conn, added, now, beat)
+            self._beats.update(dict.fromkeys(beat, now))
         return touched
 
     def _encoder(self, conn: sa.Connection, session_id: str, ex: Exchange) -> SessionEncoder:
@@ -205,7 +216,10 @@ class Writes:
             dictionaries.offer(conn, encoder.harness, *made)
             self._missed.pop(encoder.harness, None)  # the next session looks it up
 
-    def _store_blobs(self, conn, encoded: list, now: float) -> set:
+    def _store_blobs(self, conn, encoded: list, now: float) -> tuple[set, dict[str, int]]:
+        """Store the blobs the batch brings; returns the names touched (to mark fresh once
+        committed) and the pack group of every blob the batch names, as this transaction
+        found it (see keep_groups for why it is exact)."""
         owner: dict[str, tuple[SessionEncoder, bytes]] = {}  # name -> (encoder bringing it, bytes)
         shared: set[str] = set()
         for _, _, enc, encoder in encoded:
@@ -228,7 +242,13 @@ class Writes:
             insert_pack(conn, encoder.group, piece, names, datas, places, now,
                         encoder.dictionary_id)
             self._offer(conn, encoder, encoder.offer_dictionary())
-        return set(stale)
+        # The group of every blob named, as its row now says: packed here, stored by another
+        # writer first (its row kept its pack), touched, or touched lately by this process and
+        # not again (hot rows: the system prompt every session names). One statement, with
+        # the packed ones too rather than a RETURNING on the upsert (SQLAlchemy then builds
+        # a multi-row VALUES statement; a profile gave it more CPU); no repack can move any
+        # of them before this transaction ends (hold_off_repacks).
+        return set(stale), groups_of(conn, list(owner))
 
 
 def _lock_segments(conn: sa.Connection, session_id: str) -> None:
@@ -244,6 +264,35 @@ def _lock_segments(conn: sa.Connection, session_id: str) -> None:
 _TOUCH = (blobs.update().where(blobs.c.hash.in_(sa.bindparam("names", expanding=True)))
           .values(touched_at=sa.bindparam("now")).returning(blobs.c.hash))
 _NEW_PACK = packs.insert().returning(packs.c.id)
+_GROUPS_OF_PG = sa.text("SELECT b.hash, p.group_id FROM blobs b JOIN packs p ON p.id = "
+                        "b.pack_id WHERE b.hash = ANY(:keys)")
+_GROUPS_OF = (sa.select(blobs.c.hash, packs.c.group_id)
+              .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
+              .where(blobs.c.hash.in_(sa.bindparam("names", expanding=True))))
+# On Postgres, gc's repacks and the transactions that insert exchanges never overlap: each
+# of those takes this advisory lock shared, as its first statement, and a repack takes it
+# exclusive (gc._replace_group). So the pack groups a writer reads for the blobs it names
+# stay theirs until it commits, without locking the blob rows (SELECT ... FOR SHARE on the
+# blobs it does not touch deadlocked two writers of one session, each holding a row the
+# other's touch or upsert needed, and writes a lock into hot rows such as a system prompt's).
+# Taken first, it is never waited for while holding a row lock, so it adds no deadlock.
+# SQLite's BEGIN IMMEDIATE already serializes every writer and gc.
+REPACK_LOCK = 0x6672706B  # "frpk"
+_REPACK_LOCK_SHARED = sa.text("SELECT pg_advisory_xact_lock_shared(:key)")
+_REPACK_LOCK = sa.text("SELECT pg_advisory_xact_lock(:key)")
+
+
+def hold_off_repacks(conn: sa.Connection) -> None:
+    """Keep gc from repacking until this transaction ends (see REPACK_LOCK)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_REPACK_LOCK_SHARED, {"key": REPACK_LOCK})
+
+
+def exclude_writers(conn: sa.Connection) -> None:
+    """For gc's repack: wait for the writers in flight, and keep new ones waiting, until this
+    transaction ends (see REPACK_LOCK)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_REPACK_LOCK, {"key": REPACK_LOCK})
 
 
 def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
@@ -253,6 +302,23 @@ def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
     for part in chunks(sorted(names)):
         present.update(conn.scalars(_TOUCH, {"names": part, "now": now}))
     return present
+
+
+def groups_of(conn: sa.Connection, names: list[str]) -> dict[str, int]:
+    """The pack group of each of these blobs that exists, as this transaction finds it.
+    Never cached across transactions: a repack moves blobs, and SQLite may give a deleted
+    pack's id to a new pack."""
+    found: dict[str, int] = {}
+    if conn.dialect.name == "postgresql" and names:
+        # One array parameter: the same statement text every time, which psycopg prepares
+        # (an IN list is new text for every length; see gc._GROUPS_OF_PG).
+        keys = [blob_key(n) for n in names]
+        found.update((blob_key_name(bytes(k)), g) for k, g in conn.execute(_GROUPS_OF_PG,
+                                                                           {"keys": keys}))
+        return found
+    for part in chunks(sorted(names)):
+        found.update(conn.execute(_GROUPS_OF, {"names": part}).all())
+    return found
 
 
 def new_pack(conn: sa.Connection, group: int, piece: bytes, size: int, now: float,
@@ -277,6 +343,93 @@ def _upsert_blobs(dialect: str) -> Any:
     insert = (postgresql if dialect == "postgresql" else sqlite).insert(blobs)
     return insert.on_conflict_do_update(
         index_elements=["hash"], set_={"touched_at": insert.excluded.touched_at})
+
+
+# Keeping sessions' pack groups (store.kept): the sessions' rows locked in id order (Postgres;
+# SQLite's BEGIN IMMEDIATE serializes writers), with their exchanges counted. FOR NO KEY
+# UPDATE, the lock the UPDATE takes anyway: FOR UPDATE would wait for the KEY SHARE lock
+# another writer's exchange insert holds on the row (its foreign key) while that writer waits
+# for ours, a deadlock. On Postgres the count in that statement is of its snapshot, taken
+# before any wait for the lock, so it may miss what the writer we waited for committed: see
+# keep_groups for when it is trusted, and _COUNT_EXCHANGES, a statement of its own after the
+# lock, for when it is not.
+_LOCK_SESSIONS = (sa.select(sessions.c.id, sessions.c.pack_groups, sessions.c.heartbeat_at,
+                            sa.select(sa.func.count()).select_from(exchanges)
+                            .where(exchanges.c.session_id == sessions.c.id)
+                            .scalar_subquery().label("held"))
+                  .where(sessions.c.id.in_(sa.bindparam("ids", expanding=True)))
+                  .order_by(sessions.c.id).with_for_update(key_share=True))
+_COUNT_EXCHANGES = (sa.select(exchanges.c.session_id, sa.func.count())
+                    .where(exchanges.c.session_id.in_(sa.bindparam("ids", expanding=True)))
+                    .group_by(exchanges.c.session_id))
+_KEEP_GROUPS = (sessions.update().where(sessions.c.id == sa.bindparam("sid"))
+                .values(pack_groups=sa.bindparam("figure"), heartbeat_at=sa.bindparam("beat")))
+
+
+def keep_groups(conn: sa.Connection, added: dict[str, tuple[set[int], int]],
+                now: float | None = None, beat: set[str] = frozenset()) -> None:
+    """Extend the kept pack groups of the sessions in `added` ({id: (groups of the blobs
+    this transaction's exchanges of it name, exchanges it inserted)}), after inserting them;
+    and write `now` as the heartbeat of the sessions in `beat`. Two statements a batch of
+    up to 500 sessions (lock and count; the figures with the heartbeats, one executemany),
+    and at most two more: a count after the lock for sessions whose figure the first count
+    does not extend, the heartbeats of sessions with no figure to extend.
+
+    A session's figure is extended only if it was valid for the exchanges it held before this
+    transaction (count - inserted), or there were none; otherwise it is left stale for gc to
+    compute. Why that is exact with several writers of one session (serve's replicas) and
+    gc running:
+    - Writers: each extends the figure under the row lock, after its own inserts, and counts
+      after the lock is granted, so it counts what the previous holder committed with its
+      figure: the counts add up, and a writer that finds a count it cannot account for
+      (rows inserted by anything that does not keep the figure) leaves it stale for good.
+      The count taken with the lock is of the snapshot before any wait for it; it is used
+      only where it extends the figure (figure's count + inserted == it, or inserted == it).
+      That is sound: the figure written says that count, so it is valid later only if no
+      exchange committed after that snapshot; and if none did, the snapshot's count is the
+      count after the lock. Where it does not fit, the sessions are counted again.
+    - gc's repack moves blobs to a new group (`UPDATE blobs SET pack_id`) and deletes the old
+      group's packs, and in the same transaction, after those, forgets the figures naming the
+      old group (gc._replace_group). Repacks and writers' transactions do not overlap
+      (REPACK_LOCK; SQLite serializes all of them): a writer that began after the repack
+      committed reads the new groups; one that began before it commits before the repack
+      starts, so the repack sees its figure and forgets it if it names the old group. A
+      figure extended after that reads the forgotten one (stale: left alone) or names only
+      groups that exist. Blobs packed in this transaction are in this writer's young groups,
+      which gc never repacks.
+    - A gc that stops between its repacks leaves no figure naming a group that is gone: each
+      repack forgets in its own transaction.
+    The caller took hold_off_repacks first in the transaction."""
+    ids = sorted(added)
+    rows: dict[str, Any] = {}
+    for part in chunks(ids):
+        rows.update((r.id, r) for r in conn.execute(_LOCK_SESSIONS, {"ids": part}))
+
+    def extended(sid: str, count: int) -> dict | None:
+        groups, inserted = added[sid]
+        before = count - inserted
+        old = kept.valid(rows[sid].pack_groups, before)
+        if before == 0 or old is not None:
+            return {"groups": sorted(set(old["groups"] if old else ()) | groups),
+                    "exchanges": count}
+        return None
+
+    figures = {sid: extended(sid, rows[sid].held) for sid in ids if sid in rows}
+    again = [sid for sid, figure in figures.items() if figure is None]
+    for part in chunks(again):
+        for sid, count in conn.execute(_COUNT_EXCHANGES, {"ids": part}):
+            figures[sid] = extended(sid, count)
+    writes, beats = [], []
+    for sid, figure in figures.items():
+        if figure is not None:
+            writes.append({"sid": sid, "figure": figure,
+                           "beat": now if sid in beat else rows[sid].heartbeat_at})
+        elif sid in beat:
+            beats.append(sid)
+    if writes:
+        conn.execute(_KEEP_GROUPS, writes)
+    if beats:
+        conn.execute(sessions.update().where(sessions.c.id.in_(beats)).values(heartbeat_at=now))
 
 
 def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:

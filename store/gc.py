@@ -7,12 +7,12 @@ collect(store, older_than, dry_run) does, in order:
 2. The blobs in question are those the deleted sessions named (store.content.referenced:
    system prompts, tool lists, parameters, messages, answers; layout-1 rows name none). One
    is live if a remaining manifest names it. Each session's row keeps the pack groups its
-   manifests name blobs in (store.kept, `pack_groups`), so a remaining session is decoded
-   only while one of its groups still holds a blob in question that no session was found to
-   name yet, or when it has no valid kept groups (then they are found and kept). Blobs in a
-   group no remaining session names are not live either. A blob nothing ever named in a
-   group that sessions still name (a writer that died between its blobs and its exchanges)
-   stays until its group is no longer named.
+   manifests name blobs in (store.kept, `pack_groups`: the writer keeps them as it writes),
+   so a remaining session is decoded only while one of its groups still holds a blob in
+   question that no session was found to name yet, or when it has no valid kept groups (then
+   they are found and kept). Blobs in a group no remaining session names are not live
+   either. A blob nothing ever named in a group that sessions still name (a writer that died
+   between its blobs and its exchanges) stays until its group is no longer named.
 3. A blob that is not live and that no writer touched in the last GRACE seconds is deleted.
    Writers touch the blobs they reuse at least every write.FRESH_FOR seconds (far less than
    GRACE) inside the transaction that names them, and gc's DELETE checks touched_at again, so
@@ -21,7 +21,8 @@ collect(store, older_than, dry_run) does, in order:
    are less than half of the bytes is repacked: its live blobs move to a new group of one
    pack, and the old group is deleted. Groups with a pack younger than GRACE are left alone,
    because their writer may still append to them (encoder.PACK_IDLE < GRACE). Sessions
-   that kept a group dropped or repacked lose their kept groups (their blobs moved).
+   that kept a group dropped or repacked lose their kept groups (their blobs moved), in the
+   transaction that replaces the group.
 With `dry_run`, nothing is deleted and the report says what would be.
 """
 
@@ -37,7 +38,7 @@ import sqlalchemy as sa
 from forge_record.errors import StoreError
 from forge_record.identity import blob_key
 from forge_record.store import compression, content, dictionaries, kept
-from forge_record.store.batch import new_pack
+from forge_record.store.batch import exclude_writers, new_pack
 from forge_record.store.reader import BlobReader, chunks
 from forge_record.store.schema import LAYOUT_RECORD, BlobName, blobs, exchanges, packs, sessions
 from forge_record.store.segments import spans
@@ -87,8 +88,7 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
                     for part in chunks([h for h, _ in dead]):
                         writing.execute(blobs.delete().where(
                             blobs.c.hash.in_(part), blobs.c.touched_at < now - grace))
-            replaced = _sweep_packs(store, conn, report, dry_run, ~dying, now - grace)
-            _forget_groups(store, replaced)
+            _sweep_packs(store, conn, report, dry_run, ~dying, now - grace)
         finally:
             for table in _TEMPORARY:
                 table.drop(conn, checkfirst=True)
@@ -239,27 +239,26 @@ def _dying(conn: sa.Connection, untouched_since: float) -> sa.ColumnElement[bool
     return sa.and_(blobs.c.touched_at < untouched_since, sa.or_(candidate, ~named))
 
 
-def _forget_groups(store: Store, replaced: set[int]) -> None:
-    """Sessions that named blobs in a group gc dropped or repacked lose their kept groups
-    (their blobs moved); the next gc finds them again."""
-    if not replaced:
-        return
-    with store.reading("find sessions of repacked groups") as conn:
-        stale = [sid for sid, figure in conn.execute(
-                     sa.select(sessions.c.id, sessions.c.pack_groups)
-                     .where(sessions.c.pack_groups.is_not(None)))
-                 if replaced & set((figure or {}).get("groups", ()))]
-    if stale:
-        with store.transaction("forget kept pack groups") as conn:
-            for part in chunks(stale):
-                conn.execute(sessions.update().where(sessions.c.id.in_(part))
-                             .values(pack_groups=None))
+def _forget_groups(conn: sa.Connection, group: int) -> None:
+    """Sessions whose kept groups name `group` lose them (its blobs moved or went); the next
+    gc finds them again. Run in the transaction that drops or repacks the group, which no
+    writer overlaps (store.batch.REPACK_LOCK): every figure a writer kept from the old group
+    is committed and seen here, and a gc stopped midway never leaves a figure naming a group
+    that is gone (the next gc would trust it, and take the blobs of the new group for
+    unnamed). Group ids are 62-bit random numbers: the text match finds the few figures to
+    read, not the ones to clear."""
+    query = (sa.select(sessions.c.id, sessions.c.pack_groups)
+             .where(sa.cast(sessions.c.pack_groups, sa.Text).like(f"%{group}%")))
+    stale = sorted(sid for sid, figure in conn.execute(query)
+                   if isinstance(figure, dict) and group in figure.get("groups", ()))
+    for part in chunks(stale):
+        conn.execute(sessions.update().where(sessions.c.id.in_(part)).values(pack_groups=None))
 
 
 def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: bool,
-                 stays: sa.ColumnElement[bool], young: float) -> set[int]:
-    """Drop or repack the old groups whose blobs went (or, dry, would go); returns the groups
-    replaced. Sums per group are SQL's, so only the groups acted on are held."""
+                 stays: sa.ColumnElement[bool], young: float) -> None:
+    """Drop or repack the old groups whose blobs went (or, dry, would go). Sums per group
+    are SQL's, so only the groups acted on are held."""
     held = (sa.select(packs.c.group_id, sa.func.count().label("names"),
                       sa.func.sum(blobs.c.length).label("bytes"))
             .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
@@ -283,7 +282,7 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
             report.groups += 1
         todo.append((group, bool(names)))
     if dry_run or not todo:
-        return set()
+        return
     # The blobs that move, in one pass over blobs (no index on pack_id: see schema.blobs).
     moving: dict[int, list[str]] = {g: [] for g, repack in todo if repack}
     if moving:
@@ -294,12 +293,13 @@ def _sweep_packs(store: Store, conn: sa.Connection, report: Report, dry_run: boo
                 moving[group].append(blob)
     for group, _ in todo:
         _replace_group(store, group, moving.get(group, []))
-    return {group for group, _ in todo}
 
 
 def _replace_group(store: Store, group: int, names: list[str]) -> None:
-    """Move `names` to a new group of one pack, then drop the old group."""
+    """Move `names` to a new group of one pack, then drop the old group and forget the kept
+    figures that name it, all in one transaction, which no writer overlaps."""
     with store.transaction(f"repack group {group}") as conn:
+        exclude_writers(conn)  # first: see store.batch.REPACK_LOCK
         if names:
             reader = BlobReader(conn)
             reader.load(names)
@@ -312,3 +312,4 @@ def _replace_group(store: Store, group: int, names: list[str]) -> None:
             conn.execute(move, [{"name": n, "at": at, "size": size}
                                 for n, (at, size) in zip(names, spans(datas), strict=True)])
         conn.execute(packs.delete().where(packs.c.group_id == group))
+        _forget_groups(conn, group)

@@ -8,10 +8,16 @@ the reader computes it again (a spool replayed after the figure was kept, a push
 session). Rows written before 0006 have none. Columns:
 - `lineage`: {"usage": lineage.usage, "fingerprints": the conversation calls' fingerprints},
   kept by `sessions` when it first lists or filters a session (commands/sessions.py);
-- `pack_groups`: {"groups": [pack group ids its manifests name blobs in]}, kept by gc.
+- `pack_groups`: {"groups": [pack group ids its manifests name blobs in]}, kept by the
+  writer in the transaction that inserts the exchanges (store.batch.keep_groups: extended
+  under the session row's lock while it was valid, or started with the session's first
+  exchanges; push likewise), and by gc for a session whose figure is stale (rows written
+  before this, a session written meanwhile by something that does not keep it); gc forgets
+  it for the sessions that name a group it drops or repacks.
 
 Keeping is a cache write: a reader keeps what it computed only for sessions no recorder is
-writing (status not "recording"), and a failed keep is not the reader's failure.
+writing (status not "recording"), and a failed keep is not the reader's failure. The writer's
+`pack_groups` is no cache write: it fails with the batch.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ are read from the source and packed anew in the target (the target's own pack gr
 - running push again copies nothing that is already there (exchanges are keyed by session
   and seq, blobs by hash);
 - a push that stops midway (a crash, Ctrl-C, a network cut) leaves whole batches behind,
-  each a prefix of its segment's stream, and the next push goes on from there.
+  each a prefix of its segment's stream, and the next push goes on from there;
+- each batch extends the target session's kept pack groups (store.kept) with the target's
+  groups of the blobs its manifests name, so the target's gc need not decode what was pushed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ import sqlalchemy as sa
 
 from forge_record.errors import UsageError
 from forge_record.store import compression, content, kept
-from forge_record.store.batch import dialect_insert, insert_pack, touch
+from forge_record.store.batch import (
+    dialect_insert,
+    groups_of,
+    hold_off_repacks,
+    insert_pack,
+    keep_groups,
+    touch,
+)
 from forge_record.store.reader import BlobReader, chunks, segment_manifests
 from forge_record.store.schema import LAYOUT_RECORD, exchanges, sessions
 from forge_record.store.segments import spans
@@ -81,7 +90,9 @@ def _copy_session_row(source: Store, target: Store, session_id: str) -> bool:
     with source.reading("read session") as conn:
         row = dict(conn.execute(sa.select(sessions).where(sessions.c.id == session_id))
                    .mappings().one())
-    row[kept.PACK_GROUPS] = None  # the source's pack groups, not the target's (store.kept)
+    # The source's pack groups are not the target's: the target's are kept as the exchanges
+    # are copied in (store.batch.keep_groups).
+    row[kept.PACK_GROUPS] = None
     with target.transaction(f"push session {session_id}") as conn:
         insert = dialect_insert(conn, sessions).on_conflict_do_nothing(index_elements=["id"])
         # RETURNING, not rowcount: psycopg reports -1 for this insert
@@ -119,6 +130,7 @@ def _copy_batch(source: Store, target: Store, session_id: str, batch: list) -> i
         rows.sort(key=lambda r: order[r["seq"]])
         now = time.time()
         with target.transaction(f"push exchanges of {session_id}") as out:
+            hold_off_repacks(out)
             missing = sorted(names - touch(out, sorted(names), now))
             if missing:
                 reader = BlobReader(conn)
@@ -127,4 +139,7 @@ def _copy_batch(source: Store, target: Store, session_id: str, batch: list) -> i
                 piece = compression.Stream().piece(b"".join(datas))
                 insert_pack(out, secrets.randbits(62), piece, missing, datas, spans(datas), now)
             out.execute(exchanges.insert(), rows)
+            # The target's pack groups of what these manifests name (store.batch.keep_groups)
+            groups = set(groups_of(out, sorted(names)).values())
+            keep_groups(out, {session_id: (groups, len(rows))})
     return len(missing)

@@ -62,7 +62,8 @@ sessions = sa.Table(
     # Kept figures (revision 0006, store.kept): what reading the session back would give,
     # stored with the number of exchanges they cover, so they count only while the session
     # holds exactly that many. `lineage`: the counts `sessions` prints and the fingerprints it
-    # filters on; `pack_groups`: the pack groups its manifests name blobs in (for gc).
+    # filters on; `pack_groups`: the pack groups its manifests name blobs in (for gc), kept
+    # by the writer as it inserts the exchanges (store.batch.keep_groups).
     sa.Column("lineage", sa.JSON),
     sa.Column("pack_groups", sa.JSON),
     # SQLite: keyed by the id itself, not by a rowid and an index holding every id again
