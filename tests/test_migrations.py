@@ -429,3 +429,17 @@ def test_0008_sqlite_sessions_lose_their_rowid_and_keep_every_exchange(engine, u
         conn.rollback()
     migrate.downgrade(engine, "0007")
     assert state() == ({"sessions": 2, "exchanges": 13, "labels": 1}, False)
+
+
+def test_0009_fences_older_gcs_and_its_downgrade_forgets_the_groups_writers_kept(engine, url):
+    """An older gc's repacks take no lock against writers that keep pack groups (0009): it
+    must not run on the store, and after a downgrade it must trust no figure they kept."""
+    store_session(url, realistic_exchanges(6))
+    with open_store(url) as store, store.reading("test") as conn:
+        assert conn.scalar(sa.text("SELECT pack_groups FROM sessions"))  # the writer kept it
+    migrate.downgrade(engine, "0008")
+    with engine.connect() as conn:
+        assert conn.scalar(sa.text("SELECT pack_groups FROM sessions")) is None
+    migrate.upgrade(engine)
+    with open_store(url) as store:
+        assert len(list(store.iter_exchanges("s", raw=True))) == 6
