@@ -311,7 +311,7 @@ def groups_of(conn: sa.Connection, names: list[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     if conn.dialect.name == "postgresql" and names:
         # One array parameter: the same statement text every time, which psycopg prepares
-        # (an IN list is new text for every length; see gc._GROUPS_OF_PG).
+        # (an IN list is new text for every length, and psycopg caches at most 50 parameters).
         keys = [blob_key(n) for n in names]
         found.update((blob_key_name(bytes(k)), g) for k, g in conn.execute(_GROUPS_OF_PG,
                                                                            {"keys": keys}))

@@ -36,9 +36,8 @@ import orjson
 import sqlalchemy as sa
 
 from forge_record.errors import StoreError
-from forge_record.identity import blob_key
 from forge_record.store import compression, content, dictionaries, kept
-from forge_record.store.batch import exclude_writers, new_pack
+from forge_record.store.batch import exclude_writers, groups_of, new_pack
 from forge_record.store.reader import BlobReader, chunks
 from forge_record.store.schema import LAYOUT_RECORD, BlobName, blobs, exchanges, packs, sessions
 from forge_record.store.segments import spans
@@ -133,13 +132,6 @@ _SESSION_MANIFESTS = sa.select(exchanges.c.segment, exchanges.c.piece, exchanges
 ).order_by(exchanges.c.segment, exchanges.c.piece)
 # The pack groups a list of blob names lie in: one statement, compiled once (gc asks it for
 # every session whose groups it has not kept yet: 10,000 times on a store of 1M exchanges).
-_GROUPS_OF = (sa.select(packs.c.group_id).distinct()
-              .select_from(blobs.join(packs, packs.c.id == blobs.c.pack_id))
-              .where(blobs.c.hash.in_(sa.bindparam("names", expanding=True))))
-# Postgres: the names as one array parameter (psycopg prepares and caches a statement of at
-# most 50 parameters; an IN list of a session's ~200 names was converted again every time).
-_GROUPS_OF_PG = sa.text("SELECT DISTINCT p.group_id FROM blobs b JOIN packs p ON p.id = "
-                        "b.pack_id WHERE b.hash = ANY(:keys)")
 _KEEP_EVERY = 500  # sessions whose groups were computed, kept in one transaction
 _NAMED_EVERY = 5000  # groups held before they go into forge_gc_named
 
@@ -196,13 +188,7 @@ def _groups(conn: sa.Connection, row: dict) -> tuple[set[int], set[str] | None]:
     if row["figure"] is not None:
         return set(row["figure"]["groups"]), None
     names = _names(conn, row["id"])
-    groups: set[int] = set()
-    if conn.dialect.name == "postgresql":
-        groups.update(conn.scalars(_GROUPS_OF_PG, {"keys": [blob_key(n) for n in names]}))
-        return groups, names
-    for part in chunks(sorted(names)):
-        groups.update(conn.scalars(_GROUPS_OF, {"names": part}))
-    return groups, names
+    return set(groups_of(conn, list(names)).values()), names
 
 
 def _names(conn: sa.Connection, session_id: str) -> set[str]:
