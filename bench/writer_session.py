@@ -2,7 +2,7 @@
 another revision in one run.
 
     python bench/writer_session.py [--calls 150] [--compact-kb KB] [--rounds 3] [--batch 8]
-                                  [--base DIR] [--json FILE]
+                                  [--postgres] [--base DIR] [--json FILE]
 
 bench/gen_session.py's session (15 KB system prompt, 20 KB of tools, a subagent and title
 calls; request bodies grow from ~50 KB to ~540 KB, ~280 KB on average at 150 calls; with
@@ -11,7 +11,10 @@ average), as the addon hands it over (request not parsed yet). A child process p
 measurement does to it what `forge-record run`'s writer process does (finalize.finalize
 with a body redactor, then Store.write in transactions of --batch exchanges, into a fresh
 SQLite file) and reports the process CPU time per call (time.process_time, which other
-processes on a busy machine do not add to), split into finalize and store. `--base DIR`
+processes on a busy machine do not add to), split into finalize and store. `--postgres`
+writes into a new database of the local Postgres instead, and adds to the store's figure the
+CPU its server processes spent meanwhile (their /proc times: the writer's work there is
+planning and executing its statements, a cost SQLite pays in-process). `--base DIR`
 runs the same child with DIR first on sys.path (a `forge_record` package laid out as
 installed: see bench/forge_proc.py), rounds interleaved, so both see the same machine.
 """
@@ -19,6 +22,7 @@ installed: see bench/forge_proc.py), rounds interleaved, so both see the same ma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -29,9 +33,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
-def child(calls: int, batch: int, compact_kb: int | None) -> None:
+def child(calls: int, batch: int, compact_kb: int | None, postgres: bool) -> None:
     sys.path.insert(1, str(HERE))
     import storage  # bench/storage.py: the captured exchanges
 
@@ -41,9 +46,11 @@ def child(calls: int, batch: int, compact_kb: int | None) -> None:
     from forge_record.store.items import AddExchange, AddSession
 
     sent, _ = storage.exchanges(calls, 0, compact_kb=compact_kb)
-    with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/w.db") as store:
+    with tempfile.TemporaryDirectory() as d, store_url(d, postgres) as (url, server_cpu), \
+            open_store(url) as store:
         store.write([AddSession(Session(id="w", harness="claude-code", started_at=1.76e9))])
         parse = write = 0.0
+        served = server_cpu()
         for start in range(0, len(sent), batch):
             c0 = time.process_time()
             done = [finalize(storage._copy(ex), storage.REDACTOR)
@@ -52,17 +59,58 @@ def child(calls: int, batch: int, compact_kb: int | None) -> None:
             store.write([AddExchange("w", ex) for ex in done])
             c2 = time.process_time()
             parse, write = parse + c1 - c0, write + c2 - c1
-    print(json.dumps({"finalize_ms": parse / calls * 1e3, "store_ms": write / calls * 1e3,
+        server = server_cpu() - served
+    print(json.dumps({"finalize_ms": parse / calls * 1e3,
+                      "store_ms": (write + server) / calls * 1e3,
+                      "server_ms": server / calls * 1e3,
                       "kb": sum(len(e.raw_request) for e in sent) / calls / 1e3}))
 
 
-def measure(calls: int, batch: int, compact_kb: int | None, base: str | None) -> dict:
+@contextlib.contextmanager
+def store_url(directory: str, postgres: bool):
+    """(the store's URL, a function giving the CPU seconds its server processes have used):
+    a SQLite file in `directory` (no server: 0), or a new Postgres database, dropped after."""
+    if not postgres:
+        yield f"sqlite:///{directory}/w.db", lambda: 0.0
+        return
+    import sqlalchemy as sa
+
+    name = f"forge_writer_{os.getpid()}"
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    try:
+        with admin.connect() as conn:
+            def server_cpu() -> float:
+                pids = conn.scalars(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = "
+                                            ":name"), {"name": name})
+                return sum(_process_cpu(pid) for pid in pids)
+
+            yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}", server_cpu
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+def _process_cpu(pid: int) -> float:
+    """User and system CPU seconds of a process (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(calls: int, batch: int, compact_kb: int | None, postgres: bool,
+            base: str | None) -> dict:
     env = dict(os.environ)
     if base:
         env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, __file__, "--child", "--calls", str(calls),
                            "--batch", str(batch), *(["--compact-kb", str(compact_kb)]
-                                                    if compact_kb else [])],
+                                                    if compact_kb else []),
+                           *(["--postgres"] if postgres else [])],
                           capture_output=True, text=True, env=env,
                           timeout=1800, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -74,18 +122,21 @@ def main() -> None:
     p.add_argument("--compact-kb", type=int, help="compact the conversation past this size")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--postgres", action="store_true",
+                   help="write into a new database of the local Postgres, not SQLite")
     p.add_argument("--base", help="a package dir of the revision to compare with")
     p.add_argument("--json")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        child(args.calls, args.batch, args.compact_kb)
+        child(args.calls, args.batch, args.compact_kb, args.postgres)
         return
     variants = {"this": None, **({"base": args.base} if args.base else {})}
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for _ in range(args.rounds):
         for name, path in variants.items():
-            runs[name].append(measure(args.calls, args.batch, args.compact_kb, path))
+            runs[name].append(measure(args.calls, args.batch, args.compact_kb,
+                                          args.postgres, path))
             print(name, json.dumps(runs[name][-1]), flush=True)
     summary = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
                for name, rows in runs.items()}
