@@ -40,8 +40,6 @@ CONNECT_TIMEOUT = 10  # seconds
 STATEMENT_TIMEOUT = 15  # seconds; the writer's own deadline is a little longer (store.deadline)
 LOCK_TIMEOUT = 5
 IDLE_TIMEOUT = 60
-PING_IDLE = 1.0  # seconds a pooled Postgres connection sits unused before it is checked
-_IDLE_SINCE = "forge_record_idle_since"
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                "keepalives_count": 3}
 # A new file's page size (an existing file keeps its own: SQLite sets it when the first page
@@ -181,35 +179,12 @@ def _postgres_engine(url: URL, recording: bool) -> Engine:
                 ("statement_timeout", STATEMENT_TIMEOUT), ("lock_timeout", LOCK_TIMEOUT),
                 ("idle_in_transaction_session_timeout", IDLE_TIMEOUT)))
     try:
-        engine = sa.create_engine(url, connect_args=connect_args)
+        return sa.create_engine(
+            url,
+            pool_pre_ping=True,  # the recorder outlives server restarts
+            connect_args=connect_args,
+        )
     except ImportError as e:
         raise StoreError(
             "Postgres stores need psycopg 3: pip install 'forge-record[postgres]'"
         ) from e
-    _ping_when_idle(engine)
-    return engine
-
-
-def _ping_when_idle(engine: Engine) -> None:
-    """Check a pooled connection before use if it sat unused for PING_IDLE seconds or more,
-    and replace it if the server no longer answers on it: the recorder outlives server
-    restarts. SQLAlchemy's pool_pre_ping checks every time, a round trip before each of the
-    writer's transactions (13% of its time at one exchange a transaction). A connection in
-    steady use is not checked; if the server went away in the last PING_IDLE seconds, the
-    first statement fails as a disconnect, SQLAlchemy drops the pool's connections, and the
-    writer spools and tries again (store.writer)."""
-
-    @sa.event.listens_for(engine, "checkin")
-    def checkin(dbapi_connection, record) -> None:
-        record.info[_IDLE_SINCE] = time.monotonic()
-
-    @sa.event.listens_for(engine, "checkout")
-    def checkout(dbapi_connection, record, proxy) -> None:
-        idle_since = record.info.pop(_IDLE_SINCE, None)  # none: a new connection
-        if idle_since is None or time.monotonic() - idle_since < PING_IDLE:
-            return
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except Exception as e:
-            # The pool discards this connection and checks out another (a new one).
-            raise sa.exc.DisconnectionError(f"the server no longer answers: {e}") from e
