@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 def child(calls: int, batch: int, compact_kb: int | None, postgres: bool) -> None:
@@ -74,6 +73,8 @@ def store_url(directory: str, postgres: bool):
         yield f"sqlite:///{directory}/w.db", lambda: 0.0
         return
     import sqlalchemy as sa
+    from common import tree_cpu_seconds  # bench/common.py (on sys.path: see child)
+    from storage import PG_ADMIN
 
     name = f"forge_writer_{os.getpid()}"
     admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
@@ -84,22 +85,13 @@ def store_url(directory: str, postgres: bool):
             def server_cpu() -> float:
                 pids = conn.scalars(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = "
                                             ":name"), {"name": name})
-                return sum(_process_cpu(pid) for pid in pids)
+                return sum(tree_cpu_seconds(pid) for pid in pids)
 
             yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}", server_cpu
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()
-
-
-def _process_cpu(pid: int) -> float:
-    """User and system CPU seconds of a process (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(calls: int, batch: int, compact_kb: int | None, postgres: bool,
