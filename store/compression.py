@@ -128,17 +128,60 @@ class Stream:
 
     def __init__(self, level: int = STREAM_LEVEL, prefix: bytes = b"",
                  table_log: int = STREAM_TABLE_LOG) -> None:
-        params = _stream_params(level, table_log)
         self.held = stream_tables(table_log)  # and the window, as far as it is filled
         # A prefix (store.dictionaries) is content the stream may refer back into from its
         # first piece; decode_pieces needs the same bytes.
-        extra = {"dict_data": _stream_prefix(prefix, level, table_log)} if prefix else {}
-        self._obj = zstandard.ZstdCompressor(compression_params=params, **extra).compressobj()
+        self._kind = (level, table_log, prefix)
+        self._compressor = _idle_compressors.take(self._kind)
+        self._obj = self._compressor.compressobj()  # a new frame, whoever used it before
         self.fed = 0  # plain bytes so far
 
     def piece(self, data: bytes) -> bytes:
         self.fed += len(data)
         return self._obj.compress(data) + self._obj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+
+    def __del__(self) -> None:
+        # Nothing else holds the compressor (its compressobj dies with this stream), so the
+        # next stream of this kind may start its frame on it. Refcounting runs this as soon
+        # as the last owner lets go: a session encoder dropped from the writer's budget,
+        # or a batch that still held it.
+        _idle_compressors.give_back(self._kind, self._compressor)
+
+
+class _IdleCompressors:
+    """Compressors of streams that ended, kept for the next streams of the same kind (level,
+    table size, prefix). Past the encoders' budget (store.batch), `serve`'s writer makes two
+    streams a call and drops two: a new compressor allocates ~1.3 MB of match tables and
+    buffers, which the writer process maps rather than takes from its heap (see
+    recorder/writer_process.py CHILD_ENV), and paid the page faults and unmapping every
+    time: 0.50 ms for a pack stream's first piece, against 0.014 ms on a reused one. A
+    reused one starts a clean frame (zstd resets it) and writes the same bytes. The KEEP
+    latest are kept, so their memory stays a few windows' worth and a kind no longer made
+    (an old harness version's prefix) is soon let go."""
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a stream may die in any thread that held it last
+        self._free: list[tuple[tuple, zstandard.ZstdCompressor]] = []  # oldest first
+
+    def take(self, kind: tuple) -> zstandard.ZstdCompressor:
+        with self._lock:
+            for at in range(len(self._free) - 1, -1, -1):
+                if self._free[at][0] == kind:
+                    return self._free.pop(at)[1]
+        level, table_log, prefix = kind
+        extra = {"dict_data": _stream_prefix(prefix, level, table_log)} if prefix else {}
+        return zstandard.ZstdCompressor(compression_params=_stream_params(level, table_log),
+                                        **extra)
+
+    def give_back(self, kind: tuple, compressor: zstandard.ZstdCompressor) -> None:
+        with self._lock:
+            self._free.append((kind, compressor))
+            del self._free[:-self.KEEP]
+
+
+_idle_compressors = _IdleCompressors()
 
 
 @functools.cache

@@ -125,6 +125,36 @@ def test_interleaved_sessions_keep_their_segments_within_the_encoders_budget(
     assert len(writes._encoders) == (len(names) if budget is None else 1)
 
 
+@pytest.mark.parametrize("prefix", [b"", b"".join(
+    b'{"line": %d, "text": "a file the harness reads again"}\n' % i for i in range(5000))])
+def test_a_stream_that_ended_lends_its_compressor_to_the_next_one_which_writes_the_same_bytes(
+        prefix):
+    """Past the encoders' budget `serve` ends and starts streams on every call; a new
+    compressor cost 0.5 ms of page faults there. The next stream reuses one, and what it
+    writes does not depend on what the compressor wrote before."""
+    from forge_record.store import compression
+
+    zstd = compression.zstandard
+    before = [b'{"line": %d, "text": "a file the harness reads again"}\n' % i * 40
+              for i in range(0, 4000, 7)]
+    pieces = [b'{"line": %d, "text": "a file the harness reads again"}\n' % i * 3
+              for i in (11, 700, 3999)]
+    first = compression.Stream(prefix=prefix)
+    for data in before:  # its match tables full of entries the next frame must not use
+        first.piece(data)
+    used = first._compressor
+    del first
+    second = compression.Stream(prefix=prefix)
+    assert second._compressor is used
+    written = [second.piece(data) for data in pieces]
+    params = compression._stream_params(compression.STREAM_LEVEL, compression.STREAM_TABLE_LOG)
+    new = zstd.ZstdCompressor(compression_params=params, **(
+        {"dict_data": compression._prefix_dict(prefix)} if prefix else {})).compressobj()
+    assert written == [new.compress(p) + new.flush(zstd.COMPRESSOBJ_FLUSH_BLOCK)
+                       for p in pieces]
+    assert compression.decode_pieces(written, prefix) == pieces
+
+
 def test_compaction_and_forks_rebuild_exactly(store):
     """History that is not append-only: a compaction replaces old turns with a summary, a
     retry forks from an earlier point, and the system prompt changes midway."""
