@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -124,6 +124,34 @@ class Children:
     def __exit__(self, *exc: object) -> None:
         for child in reversed(self._started):
             child.stop()
+
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"  # the local test server
+
+
+@contextlib.contextmanager
+def postgres_database(name: str) -> Iterator[tuple[str, Callable[[], float]]]:
+    """A new database `name` on the local Postgres, dropped afterwards: (its URL, a function
+    giving the CPU seconds its server processes have used so far, from /proc). A store's
+    work on the server (planning and running its statements) is CPU that SQLite spends in
+    the writer's own process; a benchmark adds it to be fair to both."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        with admin.connect() as conn:
+            def server_cpu() -> float:
+                pids = conn.scalars(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = "
+                                            ":name"), {"name": name})
+                return sum(tree_cpu_seconds(pid) for pid in pids)
+
+            yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}", server_cpu
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def start_mock(children: Children) -> tuple[Child, str]:

@@ -2,13 +2,15 @@
 calls with think time, against a bare mitmproxy reverse pass-through in the same run.
 
     python bench/serve_sessions.py [--sessions 1000] [--calls 3] [--concurrency 50]
-                                   [--rounds 1] [--against DIR] [--json F]
+                                   [--rounds 1] [--think S] [--lean] [--interleave]
+                                   [--against DIR] [--postgres] [--json F]
 
 The upstream is bench/mock_server.py: each answer streams 40 text deltas 5 ms apart (the
 engine's think time). Every session is created through the control API and makes `calls`
 streamed Messages calls, `concurrency` at a time, first through bench/proxy_server.py --kind
 bare (the baseline: same mitmproxy, no recording), then through serve (store: a temp SQLite
-file). Reported: calls/s, median and p90 time to first byte and to the end, the ratio serve /
+file, or with `--postgres` a new database of the local Postgres, whose server CPU a call is
+reported too). Reported: calls/s, median and p90 time to first byte and to the end, the ratio serve /
 bare, the serve process's resident memory per open session, and the writer's backlog when
 the load ends (from /metrics). Not a timed test: numbers depend on the machine.
 `--against DIR` adds a second serve whose `forge_record` package is imported from DIR (an
@@ -25,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
+import os
 import random
 import re
 import statistics
@@ -41,7 +45,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from common import descendants, tree_cpu_seconds  # noqa: E402
+from common import descendants, postgres_database, tree_cpu_seconds  # noqa: E402
 from serve_gateway import Served  # noqa: E402
 
 # bench/mock_server.py's shape: 40 text deltas 5 ms apart (the engine's think time), 10
@@ -193,22 +197,33 @@ def main() -> None:
                         "recording costs and bare / lean what trimming the addons saves")
     p.add_argument("--interleave", action="store_true",
                    help="run the configurations at once, their calls shuffled together")
+    p.add_argument("--postgres", action="store_true",
+                   help="each serve stores into a new database of the local Postgres, not a "
+                        "SQLite file; the server's CPU a call is reported beside serve's")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     out: dict = {"sessions": args.sessions, "calls_per_session": args.calls,
                  "concurrency": args.concurrency, "rounds": args.rounds,
                  "interleaved": args.interleave, "think_s": args.think,
                  "model": "bench-40-5000-10"}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as databases:
+        def store(name: str) -> tuple[str, object]:
+            """(a serve's store URL, its server CPU seconds so far, or None for SQLite)"""
+            if not args.postgres:
+                return f"sqlite:///{tmp}/{name}.db", None
+            return databases.enter_context(postgres_database(f"bench_serve_{name}_{os.getpid()}"))
+
         mock = subprocess.Popen([sys.executable, str(ROOT / "bench/mock_server.py")],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         mock_url = f"http://127.0.0.1:{int(mock.stdout.readline().split()[1])}"
         kinds = ["bare", "lean"] if args.lean else ["bare"]
         passes = {kind: pass_through(kind, mock_url, f"{tmp}/{kind}") for kind in kinds}
-        gateways = {"serve": Served(Path(tmp) / "gw", f"sqlite:///{tmp}/gw.db", [mock_url])}
+        stores = {"serve": store("gw"), **({"serve_before": store("before")}
+                                            if args.against else {})}
+        gateways = {"serve": Served(Path(tmp) / "gw", stores["serve"][0], [mock_url])}
         if args.against:
             gateways["serve_before"] = Served(
-                Path(tmp) / "before", f"sqlite:///{tmp}/before.db", [mock_url],
+                Path(tmp) / "before", stores["serve_before"][0], [mock_url],
                 env={"PYTHONPATH": str(args.against.resolve())})
         try:
             idle = {name: rss_kib(gw.proc.pid) for name, gw in gateways.items()}
@@ -220,8 +235,13 @@ def main() -> None:
                 targets[name] = [(s["base_url"], s["token"]) for s in sessions]
             pids = {**{name: proc.pid for name, (proc, _) in passes.items()},
                     **{name: gw.proc.pid for name, gw in gateways.items()}}
+            server = {name: cpu() for name, (_, cpu) in stores.items() if cpu}
             rounds = run_rounds(targets, args, pids)
             out.update(summarize(rounds))
+            for name, before in server.items():  # every round's calls, the server's CPU
+                calls = sum(r[name]["calls"] for r in rounds)
+                out[name]["postgres_cpu_ms_per_call"] = round(
+                    1000 * (stores[name][1]() - before) / calls, 2)
             for name, gw in gateways.items():
                 with urllib_open(f"{gw.url}/metrics") as text:
                     out[name]["writer_backlog_at_end"] = metric(

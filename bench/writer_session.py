@@ -72,26 +72,10 @@ def store_url(directory: str, postgres: bool):
     if not postgres:
         yield f"sqlite:///{directory}/w.db", lambda: 0.0
         return
-    import sqlalchemy as sa
-    from common import tree_cpu_seconds  # bench/common.py (on sys.path: see child)
-    from storage import PG_ADMIN
+    from common import postgres_database  # bench/common.py (on sys.path: see child)
 
-    name = f"forge_writer_{os.getpid()}"
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name}"))
-    try:
-        with admin.connect() as conn:
-            def server_cpu() -> float:
-                pids = conn.scalars(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = "
-                                            ":name"), {"name": name})
-                return sum(tree_cpu_seconds(pid) for pid in pids)
-
-            yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}", server_cpu
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
+    with postgres_database(f"forge_writer_{os.getpid()}") as made:
+        yield made
 
 
 def measure(calls: int, batch: int, compact_kb: int | None, postgres: bool,
