@@ -10,9 +10,9 @@ engine's think time). Every session is created through the control API and makes
 streamed Messages calls, `concurrency` at a time, first through bench/proxy_server.py --kind
 bare (the baseline: same mitmproxy, no recording), then through serve (store: a temp SQLite
 file, or with `--postgres` a new database of the local Postgres, whose server CPU a call is
-reported too). Reported: calls/s, median and p90 time to first byte and to the end, the ratio serve /
-bare, the serve process's resident memory per open session, and the writer's backlog when
-the load ends (from /metrics). Not a timed test: numbers depend on the machine.
+reported too). Reported: calls/s, median and p90 time to first byte and to the end, the
+ratio serve / bare, the serve process's resident memory per open session, and the writer's
+backlog when the load ends (from /metrics). Not a timed test: numbers depend on the machine.
 `--against DIR` adds a second serve whose `forge_record` package is imported from DIR (an
 earlier revision laid out as an installed package: recorder/ as forge_record, with addons/,
 store/ and harness_shims/ inside it), loaded in the same run. With `--rounds N` every
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -207,8 +208,9 @@ def main() -> None:
                  "interleaved": args.interleave, "think_s": args.think,
                  "model": "bench-40-5000-10"}
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as databases:
-        def store(name: str) -> tuple[str, object]:
-            """(a serve's store URL, its server CPU seconds so far, or None for SQLite)"""
+        def store(name: str) -> tuple[str, Callable[[], float] | None]:
+            """(a serve's store URL, a function giving its server's CPU seconds so far, or
+            None for SQLite, which has no server)"""
             if not args.postgres:
                 return f"sqlite:///{tmp}/{name}.db", None
             return databases.enter_context(postgres_database(f"bench_serve_{name}_{os.getpid()}"))

@@ -144,8 +144,10 @@ class Stream:
         # Nothing else holds the compressor (its compressobj dies with this stream), so the
         # next stream of this kind may start its frame on it. Refcounting runs this as soon
         # as the last owner lets go: a session encoder dropped from the writer's budget,
-        # or a batch that still held it.
-        _idle_compressors.give_back(self._kind, self._compressor)
+        # or a batch that still held it. (None: __init__ failed before it had one.)
+        compressor = getattr(self, "_compressor", None)
+        if compressor is not None:
+            _idle_compressors.give_back(self._kind, compressor)
 
 
 class _IdleCompressors:
