@@ -702,15 +702,16 @@ def _open_writer(url: str, *, redact_bodies: bool, on_durable: Callable[[int], N
     prepare = _preparer(redact_bodies, lookup)
     if tally is not None:
         prepare = _tallied(prepare, tally)
-    if not number_calls:  # this thread gathers (read_batches) and steps back (main)
-        return Writer.open(url, prepare=prepare, on_durable=on_durable,
-                           max_bytes=CHILD_QUEUE_BYTES)
-    # The reading thread hands starts on at once; the writing thread gathers exchanges in
-    # its place. Neither steps back: a niced thread holding the GIL while the busy machine
-    # runs others would hold up the numbering thread behind it (a priority inversion that
-    # let consecutive calls over replicas swap numbers under load).
-    return Writer.open(url, prepare=prepare, on_durable=on_durable,
-                       max_bytes=CHILD_QUEUE_BYTES, gather=GATHER)
+    # With number_calls, the reading thread hands starts on at once and the writing thread
+    # gathers exchanges in its place. Neither steps back: a niced thread holding the GIL
+    # while the busy machine runs others would hold up the numbering thread behind it (a
+    # priority inversion that let consecutive calls over replicas swap numbers under load).
+    # Without, this thread gathers (read_batches) and steps back (main).
+    writer = Writer.open(url, prepare=prepare, on_durable=on_durable,
+                         max_bytes=CHILD_QUEUE_BYTES, gather=GATHER if number_calls else 0.0)
+    if lookup is not None:
+        lookup.before_wait = writer.write_in_hand
+    return writer
 
 
 def _tallied(prepare: Callable[[str, Exchange], Exchange], tally: Tally

@@ -11,14 +11,17 @@ among the session's newest Responses exchanges (LOOK_BACK), newest first (the pr
 response is almost always the latest), and asks again every POLL seconds for at most `wait`
 seconds. It runs in the writer's thread, never in the proxy; the wait holds that writer's
 queue (which spools past its budget, as always), only for a call whose previous response
-this writer has not seen. None when it never comes: the chain then flags the call (never a
-wrong context). The store is opened on first use; a store that does not answer is None.
+this writer has not seen; before waiting it calls `before_wait` (its writer commits what
+it has prepared, which the other writer may be waiting for). None when it never comes: the
+chain then flags the call (never a wrong context). The store is opened on first use; a
+store that does not answer is None.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,9 +43,13 @@ class StoredResponses:
         self.url = url
         self.wait = wait
         self._store: Any = None
+        # called once before a lookup starts to wait: the writer writes what it has
+        # prepared, which the writer this lookup waits for may itself be waiting for
+        self.before_wait: Callable[[], None] | None = None
 
     def __call__(self, session_id: str, response_id: str) -> Exchange | None:
         deadline = time.monotonic() + self.wait
+        asked = False
         while True:
             try:
                 found = self._find(session_id, response_id)
@@ -51,6 +58,9 @@ class StoredResponses:
                 return None
             if found is not None or time.monotonic() >= deadline:
                 return found
+            if not asked and self.before_wait is not None:
+                asked = True
+                self.before_wait()
             time.sleep(POLL)
 
     def _find(self, session_id: str, response_id: str) -> Exchange | None:

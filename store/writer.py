@@ -12,7 +12,9 @@ Contract:
   in submission order. `prepare`, if given, turns each exchange into the one to store (e.g.
   parsing the request body), in the thread; it is called with the session's id and the
   exchange; if it raises, the error is logged and the
-  exchange is stored as submitted: its raw bodies are the record of last resort.
+  exchange is stored as submitted: its raw bodies are the record of last resort. A prepare
+  about to wait on the store for another writer calls write_in_hand() first, which commits
+  the part of the batch prepared before it.
 - A batch the store refuses for its content (a constraint, a missing session) is retried
   item by item; an item that still fails is logged with its exception and counted in
   `failed`, and the thread goes on: losing one record must not stop the recording of the rest.
@@ -129,6 +131,7 @@ class Writer(Counted):
                                      store_fingerprint or store.fingerprint)
         self._spool_lock = threading.Lock()  # the writer thread and the spiller share these
         self._prepare_lock = threading.Lock()
+        self._in_hand: list[tuple[int, Item]] = []  # prepared, not written (writer thread)
         self._down = store is None
         self._last_try = time.monotonic()
         self._heartbeat_every, self._retry_every = heartbeat_every, retry_every
@@ -248,13 +251,16 @@ class Writer(Counted):
             left = list(self._queue) + list(self._overflow)
             self._queue.clear()
             self._overflow.clear()
+        # prepared before the spool is locked: the writer thread, in a prepare, may be
+        # writing (write_in_hand), and so taking the spool lock, while holding the prepare lock
+        prepared = [self._prepared(i) for _, i in left]
         if not self._spool_lock.acquire(timeout=self._deadline.seconds):
             self.counters.failed += len(left)
             log.error("forge-record: the store writer is stuck after %ss and the spool is "
                       "busy; %d items could not be kept", timeout, len(left))
             return
         try:
-            self.counters.spooled += self._spill([self._prepared(i) for _, i in left])
+            self.counters.spooled += self._spill(prepared)
         finally:
             self._spool_lock.release()
         self._done([n for n, _ in left])
@@ -347,8 +353,10 @@ class Writer(Counted):
             if self._gather and len(self._queue) < BATCH and not self._closed:
                 time.sleep(self._gather)
             while batch := self._take(BATCH):
-                self._write([self._prepared(i) for _, i in batch])
-                self._done([n for n, _ in batch])
+                for n, item in batch:
+                    prepared = self._prepared(item)  # which may write what is in hand
+                    self._in_hand.append((n, prepared))
+                self.write_in_hand()
             self._catch_up()
             with self._lock:
                 if self._closed and not self._queue and not self._overflow:
@@ -357,6 +365,19 @@ class Writer(Counted):
             self._recover(force=True)
         else:  # what others spooled meanwhile, e.g. the proxy while this writer was behind
             self._replay_orphans()
+
+    def write_in_hand(self) -> None:
+        """Write what the writer thread has prepared of its batch so far; nothing from any
+        other thread. `prepare` calls it (through store.responses) before it waits for a
+        record another writer may be holding: three `serve` replicas, each holding a
+        prepared call of one Responses chain while waiting for the next call's previous
+        response, would otherwise each wait out its deadline for the others."""
+        if threading.current_thread() is not self._thread or not self._in_hand:
+            return
+        entries = list(self._in_hand)
+        self._in_hand.clear()
+        self._write([item for _, item in entries])
+        self._done([n for n, _ in entries])
 
     def _take(self, n: int) -> list[tuple[int, Item]]:
         with self._lock:

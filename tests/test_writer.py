@@ -121,6 +121,37 @@ def test_prepare_runs_in_the_writer_thread(url):
         assert [ex.flags for ex in store.iter_exchanges("s")] == [["prepared"]]
 
 
+def test_a_prepare_about_to_wait_has_what_is_in_hand_written_first(url):
+    """A prepare that must wait for another writer (store.responses: a previous response
+    another `serve` replica stores) first has the batch's prepared items written, since that
+    other writer may be waiting for one of them; the item being prepared, and the rest of
+    the batch, are written after it, nothing lost or repeated, in order."""
+    held_then: list[list[int]] = []
+    writer: Writer
+
+    def prepare(_sid: str, ex: Exchange) -> Exchange:
+        if ex.seq == 2:
+            writer.write_in_hand()
+            held_then.append(seqs_in_write_order(url))
+        return ex
+
+    writer = writer_for(url, prepare=prepare, gather=0.5)  # all in one batch
+    writer.submit_session(Session(id="s"))
+    for seq in range(4):
+        writer.submit_exchange("s", exchange(seq))
+    writer.close()
+    assert held_then == [[0, 1]]
+    assert seqs_in_write_order(url) == [0, 1, 2, 3]
+    assert (writer.written, writer.durable, writer.batches) == (5, 5, 2)
+
+
+def test_write_in_hand_from_another_thread_writes_nothing(url):
+    writer = writer_for(url)
+    writer.write_in_hand()  # the spiller's prepare or close's: only the writer thread writes
+    writer.close()
+    assert writer.batches == 0
+
+
 def test_a_failing_prepare_stores_the_exchange_as_captured(url, caplog):
     def prepare(_sid: str, ex: Exchange) -> Exchange:
         raise ValueError("cannot parse")
