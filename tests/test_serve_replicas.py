@@ -46,7 +46,7 @@ def turn(client: anthropic.Anthropic, history: list[dict]) -> None:
 # it starts, so consecutive calls over replicas keep their order when a call lasts longer
 # than that (docs/ROLLOUTS.md, "Not done yet"). The mock answers at once unless paced: under
 # load, a call through one replica then ended before its number was taken, and the next call,
-# on another replica, took the smaller number.
+# on another replica, took the smaller number (over HTTP and over WebSocket alike).
 MODEL_PACE = {"event_delay": 0.01}
 
 
@@ -91,7 +91,8 @@ def responses_turn(replica: Served, session: dict, text: str, previous: str | No
 
 def test_a_responses_chain_across_replicas_is_stitched(tmp_path, new_database):
     url = new_database()
-    with MockUpstream() as mock:
+    # paced: unpaced, about 1 run in 60 swapped two calls' numbers (see MODEL_PACE)
+    with MockUpstream(options=dict(MODEL_PACE)) as mock:
         replicas = [Served(tmp_path / f"r{i}", url, [mock.url]) for i in range(3)]
         try:
             s = replicas[0].client.create_session("codex")

@@ -12,13 +12,15 @@ stored responses); an unknown id gets Codex's wrapped `error` frame. A warm-up
 (`"generate": false`) gets `response.created` and `response.completed` with no output; its id
 can be named like any other. Every frame, both ways, is kept in `mock.websockets` (one
 `Connection` per upgrade), so a test can check what crossed the socket; an HTTP POST, if the
-client ever fell back, shows in `mock.requests`.
+client ever fell back, shows in `mock.requests`. Options "event_delay" and "hold" pace
+the frames as they pace the SSE routes' events.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -156,7 +158,10 @@ class _Socket:
         self.conn.contexts[response["id"]] = context + response["output"]
         if event.get("store"):
             self.conn.stored.add(response["id"])
+        delay = mock.options.get("event_delay", 0)  # seconds between frames, as over SSE
         for n, payload in enumerate(frames(response, warm_up=event.get("generate") is False)):
+            if delay:
+                time.sleep(delay)
             if n == 1:
                 hold(mock.options)  # the first frame is out: the call is in flight
             self._send(TEXT, payload)
