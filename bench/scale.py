@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sqlalchemy as sa  # noqa: E402
+from common import postgres_database  # noqa: E402
 
 from forge_record.records import Session  # noqa: E402
 from forge_record.store import open_store  # noqa: E402
@@ -48,7 +49,6 @@ from forge_record.store.schema import blobs, exchanges, packs, sessions  # noqa:
 
 PER_SESSION = 100  # 99 model calls and a side call
 BASE = 1.7e9
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 # --- building ----------------------------------------------------------------------------------
@@ -234,23 +234,6 @@ def _schema(url: str, revision: str) -> None:
         engine.dispose()
 
 
-# --- stores ------------------------------------------------------------------------------------
-
-
-def postgres_database() -> tuple[str, callable]:
-    name = f"forge_scale_{os.getpid()}"
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name}"))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
-
-    return PG_ADMIN.rsplit("/", 1)[0] + f"/{name}", drop
-
-
 def main() -> None:
     args = parse_args()
     if args.child:
@@ -271,12 +254,9 @@ def main() -> None:
             open_store(url).close()  # the schema
             rows += run(url, sizes, templates, "sqlite", args.base, args.base_upto)
         if args.store in ("postgres", "both"):
-            url, drop = postgres_database()
-            try:
+            with postgres_database(f"forge_scale_{os.getpid()}") as (url, _):
                 open_store(url).close()
                 rows += run(url, sizes, templates, "postgres", args.base, args.base_upto)
-            finally:
-                drop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:

@@ -38,6 +38,7 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gen_session  # noqa: E402
+from common import postgres_database  # noqa: E402
 
 from forge_record.decoders import anthropic_messages  # noqa: E402
 from forge_record.finalize import finalize  # noqa: E402
@@ -239,7 +240,6 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
 
 # --- 4. on disk, against another revision -----------------------------------------------
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
 
 
@@ -271,26 +271,18 @@ def disk_figures(calls: int, team: int, tmp: Path) -> dict[str, float]:
 def _team(calls: int, team: int) -> dict[str, float]:
     import sqlalchemy as sa
 
-    name = f"bench_storage_{os.getpid()}"
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        raw = 0
-        with open_store(PG_ADMIN.rsplit("/", 1)[0] + "/" + name) as store:
-            for seed in range(team):
-                sent = exchanges(calls, seed, TEAM_HARNESS)[0]
-                raw += sum(len(e.raw_request) + len(e.raw_response) for e in sent)
-                record(store, f"team-{seed}", sent)
-            with store.reading("measure") as conn:
-                size = int(conn.scalar(sa.text(
-                    "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN "
-                    "pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
-                    "AND c.relkind = 'r'")))
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    raw = 0
+    with postgres_database(f"bench_storage_{os.getpid()}") as (url, _), \
+            open_store(url) as store:
+        for seed in range(team):
+            sent = exchanges(calls, seed, TEAM_HARNESS)[0]
+            raw += sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+            record(store, f"team-{seed}", sent)
+        with store.reading("measure") as conn:
+            size = int(conn.scalar(sa.text(
+                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN "
+                "pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+                "AND c.relkind = 'r'")))
     return {"postgres_team_sessions": team, "postgres_team_bytes": size,
             "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team}
 
