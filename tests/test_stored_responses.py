@@ -27,15 +27,19 @@ def store_calls(url: str, *seqs: int, session: bool = False) -> None:
                     + [AddExchange(SESSION, responses_call(seq)) for seq in seqs])
 
 
-def test_a_stored_response_is_found_without_waiting(store_url):
-    store_calls(store_url, 1, 2, 3, session=True)
-    lookup = StoredResponses(store_url, wait=5.0)
-    asked = []
-    lookup.before_wait = lambda: asked.append(1)
+def look_up(url: str, response_id: str, wait: float, before_wait) -> object:
+    lookup = StoredResponses(url, wait)
+    lookup.before_wait = before_wait
     try:
-        found = lookup(SESSION, "resp_2")
+        return lookup(SESSION, response_id)
     finally:
         lookup.close()
+
+
+def test_a_stored_response_is_found_without_waiting(store_url):
+    store_calls(store_url, 1, 2, 3, session=True)
+    asked = []
+    found = look_up(store_url, "resp_2", 5.0, lambda: asked.append(1))
     assert (found.seq, found.response.id, asked) == (2, "resp_2", [])
 
 
@@ -43,28 +47,18 @@ def test_a_lookup_that_must_wait_has_its_own_writer_write_first_then_finds_it(st
     """Another writer may be holding the previous response only because it waits for one of
     ours: before_wait is called once, then the record another writer stores is found."""
     store_calls(store_url, 1, session=True)
-    lookup = StoredResponses(store_url, wait=5.0)
     asked = []
 
     def before_wait() -> None:
         asked.append(1)
         threading.Timer(0.3, store_calls, (store_url, 2)).start()  # the other writer
 
-    lookup.before_wait = before_wait
-    try:
-        found = lookup(SESSION, "resp_2")
-    finally:
-        lookup.close()
+    found = look_up(store_url, "resp_2", 5.0, before_wait)
     assert (found.seq, asked) == (2, [1])
 
 
 def test_a_response_never_stored_is_none_after_the_wait(store_url):
     store_calls(store_url, 1, session=True)
-    lookup = StoredResponses(store_url, wait=0.6)
     asked = []
-    lookup.before_wait = lambda: asked.append(1)
-    try:
-        assert lookup(SESSION, "resp_9") is None
-    finally:
-        lookup.close()
+    assert look_up(store_url, "resp_9", 0.6, lambda: asked.append(1)) is None
     assert asked == [1]
