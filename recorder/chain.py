@@ -17,8 +17,9 @@ Contract:
   memory that grows with the square of the conversation; links here share their parents, so
   memory grows with the items seen.
 - One `ResponseChains` serves a whole recording session: response ids are unique, so a chain
-  that goes on over a new connection (Codex reconnects after errors and after 60 minutes)
-  resolves too.
+  that goes on over a new connection (a client naming a stored response, which the API
+  allows) resolves too. Codex 0.171 does not: on a new socket, after a cut, it sends its
+  whole input again (tests/test_serve_replicas.py, the real-Codex test).
 - Behind several `serve` replicas the response before may have gone through another one,
   whose writer stored it. With a `lookup` (session id, response id) -> stored exchange
   (store.responses; it may wait for the other writer, boundedly), a previous id not seen

@@ -7,20 +7,25 @@ and WebSocket alike)."""
 from __future__ import annotations
 
 # ruff: noqa: F811 - pytest fixtures imported from test_store are parameters here
+import asyncio
+import subprocess
+import sys
 import threading
 import urllib.request
+from pathlib import Path
 
 import anthropic
 import openai
 import orjson
 import pytest
 import sqlalchemy as sa
+from codex_cli import codex_env  # noqa: F401 - a fixture
 from pg_relay import Relay, relayed, wait_for  # noqa: F401 - fixtures
-from serve_gateway import Served
+from serve_gateway import ADMIN, Served
 from support import make_exchange, make_session
 
 from forge_record.client import GatewayClient
-from forge_record.mock import MockUpstream
+from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.store import gateway as gateway_rows
 from forge_record.store import open_store
 
@@ -81,8 +86,10 @@ def test_replicas_share_one_session(tmp_path, new_database):
 
 
 def responses_turn(replica: Served, session: dict, text: str, previous: str | None) -> str:
-    """One Codex-shaped call on a new WebSocket to this replica: only the new input and the
-    previous response's id (stored, as Codex's reconnects rely on); the new response's id."""
+    """One call on a new WebSocket to this replica: only the new input and the previous
+    response's id (a stored response, which the API lets any connection name, as the OpenAI
+    SDK can; Codex itself sends its whole input on a new socket, see the real-Codex test
+    below); the new response's id."""
     client = openai.OpenAI(api_key=session["token"], max_retries=0,
                            base_url=f"{replica.url}/s/{session['id']}/v1")
     with client.responses.connect() as conn:
@@ -115,6 +122,90 @@ def test_a_responses_chain_across_replicas_is_stitched(tmp_path, new_database):
         # every call holds the whole conversation: each turn, then the answer to it
         assert [r for r, _ in said] == ["user", "assistant"] * n + ["user"], said
         assert [t for r, t in said if r == "user"] == [f"turn {k}" for k in range(n + 1)]
+
+
+class RoundRobin:
+    """A TCP balancer on loopback: each new connection goes to the next replica's port. With
+    `cut_answers`, a connection is closed just after it carried a completed Responses answer
+    (an uncompressed WebSocket frame), as a balancer's idle timeout or a replica's restart
+    would close it."""
+
+    def __init__(self, cut_answers: bool = False) -> None:
+        self.ports: list[int] = []
+        self.cut_answers = cut_answers
+        self.hits: list[int] = []
+        self._loop = asyncio.new_event_loop()
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+
+    async def _handle(self, reader, writer) -> None:
+        port = self.ports[len(self.hits) % len(self.ports)]
+        self.hits.append(port)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(_pipe(reader, up_writer, None),
+                             _pipe(up_reader, writer, up_writer if self.cut_answers else None))
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+
+
+async def _pipe(reader, writer, cut) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+            if cut is not None and b'"type":"response.completed"' in data:
+                cut.close()
+                break
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+
+@pytest.mark.cli
+def test_real_codex_whose_socket_is_cut_goes_on_through_other_replicas(tmp_path, new_database,
+                                                                        codex_env):  # noqa: F811
+    """The real Codex CLI as a rollout behind a round-robin balancer over three replicas,
+    its WebSocket closed after every answer: it reconnects (to the next replica) and sends
+    its whole input again, with no previous_response_id, so every call is recorded whole
+    without any lookup across replicas; the tool's result is in the trajectory."""
+    url = new_database()
+    balancer = RoundRobin(cut_answers=True)
+    # uncompressed frames, so the balancer can see an answer end
+    with MockUpstream(options={"openai_ws_deflate": False}) as mock:
+        replicas = [Served(tmp_path / f"r{i}", url, [mock.url],
+                           extra=("--public-url", balancer.url)) for i in range(3)]
+        balancer.ports += [r.port for r in replicas]
+        try:
+            forge = str(Path(sys.executable).with_name("forge-record"))
+            done = subprocess.run(
+                [forge, "run", "--gateway", balancer.url, "--", "codex", "exec",
+                 "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                 "--color", "never", "-m", "gpt-5.4", f"Run the {TOOL_MARKER} command"],
+                env={**codex_env, "FORGE_RECORD_GATEWAY_TOKEN": ADMIN}, cwd=codex_env["HOME"],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, (done.stderr, [r.log for r in replicas])
+            assert f"{TOOL_MARKER}-output-42" in done.stdout  # the tool really ran
+            (item,) = replicas[0].client.trajectories()["items"]
+            store = open_store(url)
+            try:
+                stored = list(store.iter_exchanges(item["session_id"]))
+            finally:
+                store.close()
+        finally:
+            balancer.close()
+            for r in replicas:
+                assert r.stop() == 0, "".join(r.log)
+    assert len(mock.websockets) >= 2 and len(set(balancer.hits)) == 3
+    assert item["status"] == "done" and item["missing_calls"] == []
+    assert len(stored) >= 2 and all(ex.flags == [] for ex in stored)
+    assert all("previous_response_id" not in ex.request.parameters for ex in stored)
+    sizes = [len(ex.request.messages) for ex in stored]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]  # each call holds the one before
+    assert f"{TOOL_MARKER}-output-42" in orjson.dumps(item["trajectories"]).decode()
 
 
 def test_a_killed_replica_loses_nothing_finished(tmp_path, new_database):

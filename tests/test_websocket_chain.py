@@ -182,7 +182,7 @@ def test_a_chain_goes_on_across_connections(recording):
     one = Socket(addon)
     one.call(create(DEV, USER), events_for("resp_1", [CALL]))
     one.close()
-    two = Socket(addon)  # Codex reconnects (60-minute limit, an error) and goes on
+    two = Socket(addon)  # a client names a stored response from a new connection
     two.call(create(OUTPUT, previous="resp_1"), events_for("resp_2", [ANSWER]))
     two.close()
     _, second = stored(arrived)
