@@ -107,11 +107,7 @@ def test_a_responses_chain_across_replicas_is_stitched(tmp_path, new_database):
             for n in range(6):  # call n goes to replica n % 3, each names the one before
                 previous = responses_turn(replicas[n % 3], s, f"turn {n}", previous)
             replicas[1].client.finish(s["id"], "done", 0)
-            store = open_store(url)
-            try:
-                stored = list(store.iter_exchanges(s["id"]))
-            finally:
-                store.close()
+            stored = stored_exchanges(url, s["id"])
         finally:
             for r in replicas:
                 assert r.stop() == 0, "".join(r.log)
@@ -190,11 +186,7 @@ def test_real_codex_whose_socket_is_cut_goes_on_through_other_replicas(tmp_path,
             assert done.returncode == 0, (done.stderr, [r.log for r in replicas])
             assert f"{TOOL_MARKER}-output-42" in done.stdout  # the tool really ran
             (item,) = replicas[0].client.trajectories()["items"]
-            store = open_store(url)
-            try:
-                stored = list(store.iter_exchanges(item["session_id"]))
-            finally:
-                store.close()
+            stored = stored_exchanges(url, item["session_id"])
         finally:
             balancer.close()
             for r in replicas:
@@ -411,14 +403,18 @@ def metric(served: Served, name: str) -> float | None:
     return None
 
 
-def stored_texts(url: str, session_id: str) -> list[str]:
-    """The last user turn of each stored call, in sequence order."""
+def stored_exchanges(url: str, session_id: str) -> list:
+    """The session's stored calls, in sequence order, read from the store."""
     store = open_store(url)
     try:
-        return [ex.request.messages[-1].content[0].text
-                for ex in store.iter_exchanges(session_id)]
+        return list(store.iter_exchanges(session_id))
     finally:
         store.close()
+
+
+def stored_texts(url: str, session_id: str) -> list[str]:
+    """The last user turn of each stored call, in sequence order."""
+    return [ex.request.messages[-1].content[0].text for ex in stored_exchanges(url, session_id)]
 
 
 def test_two_writers_of_one_session_never_share_a_segment(new_database):
