@@ -11,9 +11,10 @@ session). Rows written before 0006 have none. Columns:
 - `pack_groups`: {"groups": [pack group ids its manifests name blobs in]}, kept by the
   writer in the transaction that inserts the exchanges (store.batch.keep_groups: extended
   under the session row's lock while it was valid, or started with the session's first
-  exchanges; push likewise), and by gc for a session whose figure is stale (rows written
-  before this, a session written meanwhile by something that does not keep it); gc forgets
-  it for the sessions that name a group it drops or repacks.
+  exchanges; push likewise; a writer's figure also has a "mark", new each time, by which
+  the writer knows its own next time), and by gc for a session whose figure is stale (rows
+  written before this, a session written meanwhile by something that does not keep it); gc
+  forgets it for the sessions that name a group it drops or repacks.
 
 Keeping is a cache write: a reader keeps what it computed only for sessions no recorder is
 writing (status not "recording"), and a failed keep is not the reader's failure. The writer's

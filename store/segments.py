@@ -53,6 +53,9 @@ class Encoded:
     raw_response: bytes
     blobs: dict[str, bytes]  # the blobs it names that its parent does not
     shared: set[str]  # those of them other sessions may have stored too (see batch.py)
+    # Those of them an earlier exchange of the segment named (the answer a request repeats):
+    # their pack groups are in the session's kept groups already (store.batch.keep_groups).
+    named: set[str]
 
 
 @dataclass
@@ -84,6 +87,7 @@ class SessionEncoder:
     _recent: deque[_Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
     _bytes_held: int = 0  # their sizes, summed
+    _first_named: set[str] = field(default_factory=set)  # those the exchange being encoded adds
     _packed_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
@@ -114,6 +118,7 @@ class SessionEncoder:
 
     def encode(self, ex: Exchange) -> Encoded:
         parent, keep = self._parent(ex)
+        self._first_named.clear()
         blobs: dict[str, bytes] = {}
         refs, names, parts = None, [], {}
         if ex.request is not None:
@@ -144,7 +149,7 @@ class SessionEncoder:
         mine = {answer, token_ref and token_ref["blob"]}
         shared = set(blobs) - set(refs["append"] if refs and parent else ()) - mine
         return Encoded(ex.seq, self.segment, self.pieces - 1, piece, raw_request, raw_response,
-                       blobs, shared)
+                       blobs, shared, set(blobs) - self._first_named)
 
     def pack(self, datas: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
         """The next piece of this segment's pack stream, holding `datas` one after another;
@@ -200,6 +205,7 @@ class SessionEncoder:
         blob = blob_name(data)
         if blob not in self._bytes:
             self._bytes_held += len(data)
+            self._first_named.add(blob)
         blobs[blob] = self._bytes[blob] = data
         return blob
 

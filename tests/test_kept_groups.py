@@ -97,6 +97,31 @@ def test_a_written_session_keeps_the_groups_gc_would_decode(store, store_url):
     assert len(groups["segments"]) >= 2  # a group each segment, and first's
 
 
+def test_a_call_that_continues_the_conversation_takes_four_statements(store):
+    """What `run`'s writer does call after call, besides begin and commit: the pack with its
+    blobs (one statement on Postgres, after the repack lock; two on SQLite), the exchange,
+    and its own figure extended. No pack groups are looked up and no exchanges counted: a
+    request's new messages are packed here, and the answer it repeats was named by the call
+    before. (The session's title calls start a conversation of their own: they touch its
+    first message, which other sessions may have stored.)"""
+    sent = realistic_exchanges(16, seed=7)
+    statements: list[str] = []
+    sa.event.listen(store._engine, "before_cursor_execute",
+                    lambda conn, cursor, statement, *_: statements.append(statement))
+    add(store, "s", [], end=False)
+    continuing = 0
+    for ex in sent:
+        statements.clear()
+        store.add_exchange("s", ex)
+        if ex.seq > 1 and len(ex.request.messages) > 1:
+            continuing += 1
+            with_begin = 4 + (store.dialect == "sqlite")  # the others' BEGIN is the driver's
+            assert len(statements) == with_begin, statements
+            assert not any("JOIN packs" in s or "count(" in s for s in statements), statements
+    assert continuing >= 10
+    assert_kept_as_decoded(store, "s")
+
+
 def test_two_writers_of_one_session_keep_it_exact(store_url):
     """Two stores (two serve replicas' writers) write interleaved exchanges of the same
     sessions at once, one transaction each: each extends the figure after the other."""
