@@ -40,6 +40,9 @@ CONNECT_TIMEOUT = 10  # seconds
 STATEMENT_TIMEOUT = 15  # seconds; the writer's own deadline is a little longer (store.deadline)
 LOCK_TIMEOUT = 5
 IDLE_TIMEOUT = 60
+# A pooled Postgres connection idle longer than this is pinged before it is used again (one
+# was used moments ago is not: a ping on every checkout cost the writer a round trip a call).
+PING_IDLE = 2.0  # seconds
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                "keepalives_count": 3}
 # A new file's page size (an existing file keeps its own: SQLite sets it when the first page
@@ -179,12 +182,31 @@ def _postgres_engine(url: URL, recording: bool) -> Engine:
                 ("statement_timeout", STATEMENT_TIMEOUT), ("lock_timeout", LOCK_TIMEOUT),
                 ("idle_in_transaction_session_timeout", IDLE_TIMEOUT)))
     try:
-        return sa.create_engine(
-            url,
-            pool_pre_ping=True,  # the recorder outlives server restarts
-            connect_args=connect_args,
-        )
+        engine = sa.create_engine(url, connect_args=connect_args)
     except ImportError as e:
         raise StoreError(
             "Postgres stores need psycopg 3: pip install 'forge-record[postgres]'"
         ) from e
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """The recorder outlives server restarts: a connection that sat in the pool for more than
+    PING_IDLE seconds is pinged as it is checked out, and replaced if the ping fails (what
+    pool_pre_ping does on every checkout). One that dies within PING_IDLE of its last use
+    fails the statement instead; the store then reports itself unavailable, as it would have
+    for a server that died mid-transaction, and the pool makes a new connection."""
+
+    def checkin(dbapi_conn, record) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def checkout(dbapi_conn, record, proxy) -> None:
+        if time.monotonic() - record.info.get("idle_since", 0.0) > PING_IDLE:
+            try:
+                engine.dialect.do_ping(dbapi_conn)
+            except engine.dialect.loaded_dbapi.Error as e:
+                raise sa.exc.DisconnectionError(str(e)) from e
+
+    sa.event.listen(engine, "checkin", checkin)
+    sa.event.listen(engine, "checkout", checkout)

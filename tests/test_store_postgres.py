@@ -1,6 +1,6 @@
 """What only a shared Postgres store does: schema checks on open, the bare postgresql://
-scheme, and secrets checked in every column. (Every other store test runs on Postgres too,
-through the `store` fixture of test_store.py.)
+scheme, secrets checked in every column, and connections the server dropped. (Every other
+store test runs on Postgres too, through the `store` fixture of test_store.py.)
 """
 
 
@@ -15,12 +15,15 @@ from support import (
     check_round_trip,
     check_secrets_dropped,
     libpq,
+    make_exchange,
     make_session,
 )
 
 from forge_record.errors import StoreError
+from forge_record.store import engine as engines
 from forge_record.store import migrate, open_store, store_revision, upgrade_store
 from forge_record.store.engine import make_engine
+from forge_record.store.store import StoreUnavailable
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -93,3 +96,28 @@ def test_missing_database_is_a_one_line_store_error(pg_admin):
     with pytest.raises(StoreError, match="does not exist") as info:
         open_store(url)
     assert "\n" not in str(info.value)
+
+
+def test_a_dropped_connection_is_replaced_after_it_sat_idle(pg_url, pg_admin, monkeypatch):
+    """A pooled connection idle for more than PING_IDLE is pinged as it is checked out and
+    replaced if the server dropped it: the write goes through. One used moments ago is not
+    pinged (a round trip a call saved): its statement fails, the store says unavailable (the
+    writer spools), and the next write gets a new connection."""
+    session = make_session()
+    database = pg_url.rsplit("/", 1)[1]
+
+    def server_drops_our_connections() -> None:
+        pg_admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE datname = %s", [database])
+
+    with open_store(pg_url) as store:
+        store.add_session(session)
+        server_drops_our_connections()
+        monkeypatch.setattr(engines, "PING_IDLE", 0.0)
+        store.add_exchange(session.id, make_exchange(seq=0))
+        monkeypatch.setattr(engines, "PING_IDLE", 3600.0)
+        server_drops_our_connections()
+        with pytest.raises(StoreUnavailable):
+            store.add_exchange(session.id, make_exchange(seq=1))
+        store.add_exchange(session.id, make_exchange(seq=1))
+        assert store.seqs(session.id) == {0, 1}
