@@ -154,6 +154,17 @@ def postgres_database(name: str) -> Iterator[tuple[str, Callable[[], float]]]:
         admin.dispose()
 
 
+@contextlib.contextmanager
+def bench_store(directory: str, postgres: bool) -> Iterator[tuple[str, Callable[[], float]]]:
+    """A fresh store: (its URL, a function giving the CPU seconds its server has used): a
+    SQLite file in `directory` (no server: 0), or a new Postgres database, dropped after."""
+    if not postgres:
+        yield f"sqlite:///{directory}/store.db", lambda: 0.0
+        return
+    with postgres_database(f"forge_bench_{os.getpid()}") as made:
+        yield made
+
+
 def start_mock(children: Children) -> tuple[Child, str]:
     mock = children.start([str(BENCH / "mock_server.py")], "mock")
     port = int(mock.expect("listening", 20)[0])

@@ -1,13 +1,14 @@
 """How long `forge-record run` takes to exit once its agent has, on a long growing session.
 
-    python bench/run_exit.py [--calls 1000] [--kb 200] [--base DIR] [--json FILE]
+    python bench/run_exit.py [--calls 1000] [--kb 200] [--postgres] [--base DIR] [--json FILE]
 
 `forge-record run --mode reverse --harness generic` (through this script's --wrap, which is
 the console script with two timers added) records an agent (this script's --client) that
 makes CALLS streamed Messages calls to bench/mock_server.py, with contexts growing from
-0.75*KB to 1.25*KB (KB on average), each call's context the previous one plus a turn. The
-agent writes the CLOCK_MONOTONIC time it exits at; run's exit is taken when its process
-ends. The time between is split into:
+0.75*KB to 1.25*KB (KB on average), each call's context the previous one plus a turn, into
+a fresh SQLite store (with --postgres, a new database of the local Postgres). The agent
+writes the CLOCK_MONOTONIC time it exits at; run's exit is taken when its process ends. The
+time between is split into:
   drain    the agent's exit to the writer process closed (proxy stopped, the end sent, the
            writer's queue written and its counters back: WriterProcess.close); of it, the
            time to the proxy stopped is shown apart
@@ -92,14 +93,17 @@ def wrapped(argv: list[str]) -> None:
     cli.main()
 
 
-def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
+def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None,
+            postgres: bool) -> dict:
+    from common import bench_store
+
+    with tempfile.TemporaryDirectory() as tmp, bench_store(tmp, postgres) as (url, _):
         stamp, times = Path(tmp, "agent_exit"), Path(tmp, "times.json")
         env = {**os.environ, "ANTHROPIC_BASE_URL": mock_url, "RUN_EXIT_TIMES": str(times),
                "FORGE_RECORD_HOME": str(Path(tmp, "home"))}
         if pythonpath:
             env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-        argv = [sys.executable, __file__, "--wrap", "run", "--store", f"sqlite:///{tmp}/t.db",
+        argv = [sys.executable, __file__, "--wrap", "run", "--store", url,
                 "--mode", "reverse", "--harness", "generic", "--",
                 sys.executable, __file__, "--client", "--calls", str(calls), "--kb", str(kb),
                 "--stamp", str(stamp)]
@@ -126,6 +130,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--kb", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--postgres", action="store_true", help="a new Postgres database each run")
     ap.add_argument("--base", help="another revision's forge_record package dir")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -139,7 +144,7 @@ def main() -> None:
         _, mock_url = start_mock(children)
         for _ in range(args.rounds):
             for name, path in variants.items():
-                r = measure(args.calls, args.kb, mock_url, path)
+                r = measure(args.calls, args.kb, mock_url, path, args.postgres)
                 results[name].append(r)
                 print(f"{name}: agent {r['agent_s']:.1f} s; run exits {r['exit_s']:.2f} s after "
                       f"it: drain {r['drain_s']:.2f} (proxy stopped after {r['stop_s']:.2f}), "

@@ -22,7 +22,6 @@ installed: see bench/forge_proc.py), rounds interleaved, so both see the same ma
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -38,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 def child(calls: int, batch: int, compact_kb: int | None, postgres: bool) -> None:
     sys.path.insert(1, str(HERE))
     import storage  # bench/storage.py: the captured exchanges
+    from common import bench_store
 
     from forge_record.finalize import finalize
     from forge_record.records import Session
@@ -45,7 +45,7 @@ def child(calls: int, batch: int, compact_kb: int | None, postgres: bool) -> Non
     from forge_record.store.items import AddExchange, AddSession
 
     sent, _ = storage.exchanges(calls, 0, compact_kb=compact_kb)
-    with tempfile.TemporaryDirectory() as d, store_url(d, postgres) as (url, server_cpu), \
+    with tempfile.TemporaryDirectory() as d, bench_store(d, postgres) as (url, server_cpu), \
             open_store(url) as store:
         store.write([AddSession(Session(id="w", harness="claude-code", started_at=1.76e9))])
         parse = write = 0.0
@@ -63,19 +63,6 @@ def child(calls: int, batch: int, compact_kb: int | None, postgres: bool) -> Non
                       "store_ms": (write + server) / calls * 1e3,
                       "server_ms": server / calls * 1e3,
                       "kb": sum(len(e.raw_request) for e in sent) / calls / 1e3}))
-
-
-@contextlib.contextmanager
-def store_url(directory: str, postgres: bool):
-    """(the store's URL, a function giving the CPU seconds its server processes have used):
-    a SQLite file in `directory` (no server: 0), or a new Postgres database, dropped after."""
-    if not postgres:
-        yield f"sqlite:///{directory}/w.db", lambda: 0.0
-        return
-    from common import postgres_database  # bench/common.py (on sys.path: see child)
-
-    with postgres_database(f"forge_writer_{os.getpid()}") as made:
-        yield made
 
 
 def measure(calls: int, batch: int, compact_kb: int | None, postgres: bool,
