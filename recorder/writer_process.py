@@ -567,28 +567,48 @@ def read_batches(fd: int, gather: float = 0.0):
     """The items of a WriterProcess's pipe, a list at a time, up to its end: wait for the
     recorder's next bytes, let `gather` seconds pass, take everything the pipe holds. So the
     reader wakes once per batch rather than once per exchange, and the writer thread is
-    handed the batch at once. A torn last item (the recorder died writing it) is dropped.
+    handed the batch at once. But no pause the recorder's pace, as the last batch measured
+    it, would fill the pipe in: the pipe holds 1 MiB, so a pause before every batch capped
+    the hand-off at ~10-20 MB/s, under what an agent making 60 calls of 200 KB a second
+    sends (the proxy spooled, and `run` exited seconds after its agent, bench/run_exit.py).
+    A torn last item (the recorder died writing it) is dropped.
     A frame that cannot be unpickled is None in its batch (it still counts as an item)."""
     buffer = bytearray()
     readable = select.poll()
     readable.register(fd, select.POLLIN)
-    ended = False
+    whole_pipe = _pipe_size(fd)
+    ended = fast = False
+    since = time.monotonic()
     while not ended:
         chunk = os.read(fd, _READ)  # blocks until the recorder writes, or ends
         ended = not chunk
+        got = len(chunk)
         buffer += chunk
-        if not ended and gather:
+        if not ended and gather and not fast:
             time.sleep(gather)
         while not ended and readable.poll(0):
             chunk = os.read(fd, _READ)
             ended = not chunk
+            got += len(chunk)
             buffer += chunk
+        now = time.monotonic()
+        fast = got * gather >= whole_pipe * (now - since)  # would fill the pipe in a pause
+        since = now
         items, used = _unframe(buffer)
         del buffer[:used]
         if items:
             yield items
     if buffer:
         log.warning("forge-record: the last item from the recorder was cut short")
+
+
+def _pipe_size(fd: int) -> int:
+    """How many bytes the pipe holds (Linux); _READ where that cannot be asked."""
+    get_size = getattr(fcntl, "F_GETPIPE_SZ", None)
+    try:
+        return fcntl.fcntl(fd, get_size) if get_size is not None else _READ
+    except OSError:
+        return _READ
 
 
 def _unframe(buffer: bytearray) -> tuple[list[Item | None], int]:

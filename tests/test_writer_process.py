@@ -6,6 +6,8 @@ at close; and a recorder SIGKILLed right after handing over an exchange loses no
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import os
 import signal
 import subprocess
@@ -217,6 +219,39 @@ def test_the_reader_takes_whole_frames_in_batches_and_drops_a_torn_last_one(capl
     assert [i.exchange.seq for batch in batches for i in batch] == list(range(5))
     assert all(batches)  # no empty batch is handed on
     assert "cut short" in caplog.text
+
+
+@pytest.mark.parametrize(("every", "count", "fewest", "most"),
+                         [(0.005, 40, 1, 2), (0.4, 6, 5, 6)])
+def test_the_reader_pauses_only_where_the_pipe_would_not_fill(monkeypatch, every, count,
+                                                              fewest, most):
+    """A pause before each batch gathers a slow recorder's exchanges into one transaction;
+    a recorder whose pace would fill the pipe in a pause gets none: a pause before each
+    batch capped the hand-off at a pipe per pause, and under an agent faster than that the
+    proxy spooled and `run` exited seconds after its agent (bench/run_exit.py). Here a frame
+    of half a pipe every 5 ms (a pause of 0.2 s would fill 20 pipes), then every 0.4 s (a
+    pause before each)."""
+    pauses: list[float] = []
+    sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (pauses.append(s), sleep(s)))
+    read, write = os.pipe()
+    pipe = fcntl.fcntl(read, fcntl.F_GETPIPE_SZ)
+    frames = [frame(AddExchange("s", dataclasses.replace(
+        captured(seq), raw_request=os.urandom(pipe // 2)))) for seq in range(count)]
+
+    def send() -> None:
+        for data in frames:
+            os.write(write, data)
+            threading.Event().wait(every)
+        os.close(write)
+
+    sending = threading.Thread(target=send)
+    sending.start()
+    batches = list(read_batches(read, gather=0.2))
+    sending.join()
+    os.close(read)
+    assert [i.exchange.seq for batch in batches for i in batch] == list(range(len(frames)))
+    assert fewest <= len(pauses) <= most, pauses
 
 
 # --- a writer process that dies or stalls loses nothing (issue 19) -----------------------
