@@ -5,7 +5,8 @@
 `forge-record run --mode reverse --harness generic` (through this script's --wrap, which is
 the console script with two timers added) records an agent (this script's --client) that
 makes CALLS streamed Messages calls to bench/mock_server.py, with contexts growing from
-0.75*KB to 1.25*KB (KB on average), each call's context the previous one plus a turn, into
+0.75*KB to 1.25*KB (KB on average), each call's context the previous one, its answer (text
+and a tool call) and a turn (the tool's result and a user text), as an agent sends it, into
 a fresh SQLite store (with --postgres, a new database of the local Postgres). The agent
 writes the CLOCK_MONOTONIC time it exits at; run's exit is taken when its process ends. The
 time between is split into:
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -38,7 +40,8 @@ MODEL = "bench-20-0-10"  # bench/mock_server.py: a short answer, back to back
 
 
 def client(calls: int, kb: int, stamp: str) -> None:
-    """The agent: CALLS calls with a growing context, then its exit time to `stamp`."""
+    """The agent: CALLS calls with a growing context, then its exit time and its own CPU
+    seconds to `stamp`."""
     base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
     rng = random.Random(0)
     words = [f"w{rng.randrange(50_000)}" for _ in range(20_000)]
@@ -54,17 +57,43 @@ def client(calls: int, kb: int, stamp: str) -> None:
     system = text(int(kb * 1024 * 0.75))
     turn = max(64, int(kb * 1024 * 0.5 / calls) // 2)
     messages: list[dict] = []
+    results: list[dict] = []  # for the tool calls of the answer before
     for i in range(calls):
-        messages.append({"role": "user", "content": f"step {i}: " + text(turn)})
+        messages.append({"role": "user", "content": [
+            *results, {"type": "text", "text": f"step {i}: " + text(turn)}]})
         body = json.dumps({"model": MODEL, "max_tokens": 1024, "stream": True,
                            "system": system, "messages": messages}).encode()
         req = urllib.request.Request(base + "/v1/messages", body, method="POST", headers={
             "content-type": "application/json", "x-api-key": "sk-ant-dummy",
             "anthropic-version": "2023-06-01"})
         with urllib.request.urlopen(req, timeout=60) as r:
-            r.read()
-        messages.append({"role": "assistant", "content": f"done {i}: " + text(turn)})
-    Path(stamp).write_text(str(time.monotonic()))
+            answer = answer_of(r.read())
+        messages.append({"role": "assistant", "content": answer})
+        results = [{"type": "tool_result", "tool_use_id": b["id"], "content": text(turn)}
+                   for b in answer if b["type"] == "tool_use"]
+    Path(stamp).write_text(f"{time.monotonic()} {time.process_time()}")
+
+
+def answer_of(stream: bytes) -> list[dict]:
+    """The answer's content blocks from its Messages stream, as an agent puts them back into
+    the history it sends next (what lets the recorder see one conversation going on)."""
+    blocks: dict[int, dict] = {}
+    inputs: dict[int, str] = {}
+    for line in stream.splitlines():
+        if not line.startswith(b"data: "):
+            continue
+        event = json.loads(line[6:])
+        if event["type"] == "content_block_start":
+            blocks[event["index"]] = dict(event["content_block"])
+        elif event["type"] == "content_block_delta":
+            delta, at = event["delta"], event["index"]
+            if delta["type"] == "text_delta":
+                blocks[at]["text"] += delta["text"]
+            elif delta["type"] == "input_json_delta":
+                inputs[at] = inputs.get(at, "") + delta["partial_json"]
+    for at, raw in inputs.items():
+        blocks[at]["input"] = json.loads(raw)
+    return [blocks[at] for at in sorted(blocks)]
 
 
 def wrapped(argv: list[str]) -> None:
@@ -74,7 +103,7 @@ def wrapped(argv: list[str]) -> None:
     from forge_record.addons import proxy
     from forge_record.commands import run
 
-    times: dict[str, list[float]] = {}
+    times: dict[str, object] = {}
 
     def timed(name, fn):
         def inner(*a, **k):
@@ -83,6 +112,11 @@ def wrapped(argv: list[str]) -> None:
                 return fn(*a, **k)
             finally:
                 times[name] = [start, time.monotonic()]
+                if name == "close":  # the writer's counters (what went to a spool), and
+                    # the CPU of run's children (the writer process and the agent) by then
+                    times["counters"] = a[0].counters.to_dict()
+                    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    times["children_cpu"] = used.ru_utime + used.ru_stime
                 Path(os.environ["RUN_EXIT_TIMES"]).write_text(json.dumps(times))
         return inner
 
@@ -112,13 +146,15 @@ def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None,
         ended = time.monotonic()
         if done.returncode != 0 or not stamp.exists():
             raise SystemExit(f"run failed ({done.returncode}): {done.stderr[-2000:]}")
-        agent = float(stamp.read_text())
+        agent, agent_cpu = map(float, stamp.read_text().split())
         t = json.loads(times.read_text())
         closing = [line for line in done.stderr.splitlines() if " model call" in line]
         return {"agent_s": agent - started, "exit_s": ended - agent,
                 "drain_s": t["close"][1] - agent, "stop_s": t["stop"][1] - agent,
                 "summary_s": t["summary"][1] - t["summary"][0],
-                "rest_s": ended - t["summary"][1], "closing": closing[-1] if closing else ""}
+                "rest_s": ended - t["summary"][1], "closing": closing[-1] if closing else "",
+                "writer_ms": (t["children_cpu"] - agent_cpu) / calls * 1e3,
+                "to_spool": t["counters"]["overflowed"] + t["counters"]["spooled"]}
 
 
 def main() -> None:
@@ -148,8 +184,9 @@ def main() -> None:
                 results[name].append(r)
                 print(f"{name}: agent {r['agent_s']:.1f} s; run exits {r['exit_s']:.2f} s after "
                       f"it: drain {r['drain_s']:.2f} (proxy stopped after {r['stop_s']:.2f}), "
-                      f"summary {r['summary_s']:.2f}, rest "
-                      f"{r['rest_s']:.2f}\n  {r['closing']}", flush=True)
+                      f"summary {r['summary_s']:.2f}, rest {r['rest_s']:.2f}; writer "
+                      f"{r['writer_ms']:.1f} ms of CPU a call, {r['to_spool']} calls went "
+                      f"to a spool\n  {r['closing']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
