@@ -30,7 +30,8 @@ store.numbering; `serve` sets it):
 - it lowers its own priority (SCHED_BATCH, NICENESS): recording must not take CPU from the
   agent (not with --number-calls: then it numbers `serve`'s calls as they start, and its
   reading thread does not wait to gather, its writing thread does);
-- it reads its input a batch at a time (GATHER) and writes each batch in one transaction.
+- it reads its input a batch at a time (GATHER, unless the recorder is ahead of it) and
+  writes each batch in one transaction.
 
 Nothing is lost when the child dies or stalls (docs/RELIABILITY.md). The proxy keeps every
 frame it sent until the child acknowledges it, within MEMORY_BUDGET bytes:
@@ -567,10 +568,11 @@ def read_batches(fd: int, gather: float = 0.0):
     """The items of a WriterProcess's pipe, a list at a time, up to its end: wait for the
     recorder's next bytes, let `gather` seconds pass, take everything the pipe holds. So the
     reader wakes once per batch rather than once per exchange, and the writer thread is
-    handed the batch at once. But no pause the recorder's pace, as the last batch measured
-    it, would fill the pipe in: the pipe holds 1 MiB, so a pause before every batch capped
-    the hand-off at ~10-20 MB/s, under what an agent making 60 calls of 200 KB a second
-    sends (the proxy spooled, and `run` exited seconds after its agent, bench/run_exit.py).
+    handed the batch at once. It does not pause when the recorder, at the pace the last
+    batch measured, would fill the pipe during the pause: the pipe holds 1 MiB, so a pause
+    before every batch capped the hand-off at ~10-20 MB/s, under what an agent making 60
+    calls of 200 KB a second sends (the proxy spooled, and `run` exited seconds after its
+    agent, bench/run_exit.py).
     A torn last item (the recorder died writing it) is dropped.
     A frame that cannot be unpickled is None in its batch (it still counts as an item)."""
     buffer = bytearray()

@@ -41,7 +41,7 @@ STATEMENT_TIMEOUT = 15  # seconds; the writer's own deadline is a little longer 
 LOCK_TIMEOUT = 5
 IDLE_TIMEOUT = 60
 # A pooled Postgres connection idle longer than this is pinged before it is used again (one
-# was used moments ago is not: a ping on every checkout cost the writer a round trip a call).
+# used moments ago is not: a ping on every checkout cost the writer a round trip a call).
 PING_IDLE = 2.0  # seconds
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                "keepalives_count": 3}
