@@ -68,18 +68,22 @@ from forge_record.store.schema import (
     packs,
     sessions,
 )
-from forge_record.store.segments import Encoded, SessionEncoder
+from forge_record.store.segments import Encoded, Seen, SessionEncoder
 
 FRESH_FOR = 600.0
 BEAT_EVERY = 30.0  # well under summary.STALE_AFTER
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 # Sessions whose encoder is kept between batches, least recently written first out: while
-# there are fewer than _ENCODERS and their footprints add up to less than ENCODER_BYTES. A
-# session whose encoder is gone starts a new segment, with no parent to derive from: on the
-# 150-call bench session, a segment per call stores 4.3x the bytes (bench/storage.py), which
-# is what `serve` did with hundreds of rollouts interleaved while only 8 were kept.
+# there are fewer than _ENCODERS and their footprints add up to less than ENCODER_BYTES.
+# `serve` writes more rollouts at once than that holds (~150 small ones). A session whose
+# encoder was let go keeps its last exchange (its *tail*, a few raw bodies' worth, within
+# TAIL_BYTES), and its next exchange resumes from it in a new segment (store.segments).
+# Without a tail a new segment has no parent. Written a segment a call, the 150-call bench
+# session (bench/storage.py, in a store with its harness's dictionary) stored 4.2x the bytes
+# it takes written whole, and 2.0x resumed (manifests cost the most: each starts a stream).
 _ENCODERS = 4096
 ENCODER_BYTES = 256 << 20
+TAIL_BYTES = 64 << 20
 # A harness version with no dictionary yet is asked again after this many seconds, not on
 # every new encoder: under `serve`, encoders are made all the time, and a miss cost a query.
 # Which dictionary a stream starts from never matters for reading it back.
@@ -98,6 +102,8 @@ class Writes:
         # whenever one is made cost O(sessions) a new encoder, which `serve` makes per call.
         self._footprints: dict[str, int] = {}
         self._held = 0
+        self._tails: OrderedDict[str, list[Seen]] = OrderedDict()  # sessions whose encoder went
+        self._tails_held = 0
         self._fresh: dict[str, float] = {}
         self._beats: dict[str, float] = {}  # session -> last heartbeat written with a batch
         self._own: dict[str, dict] = {}  # session -> the pack groups figure it wrote last
@@ -160,7 +166,9 @@ class Writes:
                 added[sid] = (groups, n + 1)
             # A batch says its recorder is alive; every BEAT_EVERY seconds is often enough.
             beat = {sid for sid in added if now - self._beats.get(sid, 0.0) >= BEAT_EVERY}
-            self._own.update(keep_groups(conn, added, now, beat, self._own))
+            kept = keep_groups(conn, added, now, beat, self._own)
+            self._own.update((sid, figure) for sid, figure in kept.items()
+                             if sid in self._encoders or sid in self._tails)
             self._beats.update(dict.fromkeys(beat, now))
         return touched
 
@@ -169,11 +177,13 @@ class Writes:
         if enc is None or enc.full:
             _lock_segments(conn, session_id)
             last = conn.scalar(_LAST_SEGMENT, {"session_id": session_id})
-            floor = max(-1 if last is None else last, enc.segment if enc else -1)
+            tail = self._take_tail(session_id) if enc is None else []
+            # Its last segment may be this transaction's, not yet inserted.
+            mine = enc.segment if enc else max((s.segment for s in tail), default=-1)
+            floor = max(-1 if last is None else last, mine)
             harness = dictionaries.key(ex)
             enc = SessionEncoder(segment=floor + 1, harness=harness,
-                                 dictionary=self._dictionary(conn, harness))
-            self._drop(session_id)
+                                 dictionary=self._dictionary(conn, harness), resumes=tail)
             self._encoders[session_id] = enc
             self._measure(session_id)
             self._make_room()
@@ -185,7 +195,9 @@ class Writes:
         bound. Checked as an encoder is added: one grows by at most a segment after that."""
         while len(self._encoders) > 1 and (len(self._encoders) > _ENCODERS
                                            or self._held > ENCODER_BYTES):
-            self._drop(next(iter(self._encoders)))
+            self._retire(next(iter(self._encoders)))
+        while self._tails_held > TAIL_BYTES:
+            self._drop(next(iter(self._tails)))
 
     def _measure(self, session_id: str) -> None:
         """Its encoder's footprint again, after it was made or wrote a batch."""
@@ -195,7 +207,26 @@ class Writes:
             self._held += now - self._footprints.get(session_id, 0)
             self._footprints[session_id] = now
 
+    def _retire(self, session_id: str) -> None:
+        """Let its encoder go and keep its tail, for the session's next segment to resume
+        from (it and the figure of pack groups are this batch's or committed: a batch that
+        fails forgets every session it wrote)."""
+        encoder = self._encoders.pop(session_id)
+        self._held -= self._footprints.pop(session_id, 0)
+        if tail := encoder.tail:
+            self._tails[session_id] = tail
+            self._tails_held += sum(s.footprint for s in tail)
+        else:
+            self._own.pop(session_id, None)
+
+    def _take_tail(self, session_id: str) -> list[Seen]:
+        tail = self._tails.pop(session_id, [])
+        self._tails_held -= sum(s.footprint for s in tail)
+        return tail
+
     def _drop(self, session_id: str) -> None:
+        """Let its encoder and its tail go."""
+        self._take_tail(session_id)
         self._encoders.pop(session_id, None)
         self._own.pop(session_id, None)
         self._held -= self._footprints.pop(session_id, 0)

@@ -107,16 +107,22 @@ def request_refs(
             "keep": keep, "append": append}
 
 
+def parent(found: dict[str, Any]) -> int | None:
+    """The exchange a manifest derives from, if any: its messages, raw bodies and tokens
+    derive from that one exchange or from none (store.segments)."""
+    refs = found["request"]
+    return refs["parent"] if refs else None
+
+
 def message_names(manifests: Mapping[int, dict[str, Any]], seq: int,
                   memo: dict[int, list[str]]) -> list[str]:
     """The blob names of exchange `seq`'s messages, following parents through `manifests`
-    (every manifest of its segment up to it). `memo` carries lists already built."""
+    (every manifest its parent chain reaches). `memo` carries lists already built."""
     chain = []
     at: int | None = seq
     while at is not None and at not in memo:
         chain.append(at)
-        refs = manifests[at]["request"]
-        at = refs["parent"] if refs else None
+        at = parent(manifests[at])
     for s in reversed(chain):
         refs = manifests[s]["request"]
         if refs is None:

@@ -2,7 +2,8 @@
 
 Contract: every exchange reads back equal to the one written (records, and raw bodies byte
 for byte when asked for). Work is bounded per exchange: one exchange decodes the manifest
-pieces of its segment up to it (at most encoder.SEGMENT_BYTES of plain input), the pack
+pieces of its segment up to it (at most encoder.SEGMENT_BYTES of plain input) and of the
+earlier segments its parents are in (a resumed segment's: at most segments.REACH), the pack
 groups holding its blobs, and at most delta.RAW_KEYFRAME_EVERY raw frames when raw bodies
 are asked for. Reading a session decodes each of those once, and each blob into its record
 once: the exchanges of one read share the messages, blocks, tools and parameters they repeat
@@ -53,6 +54,8 @@ _RAW_FRAMES = sa.select(exchanges.c.seq, exchanges.c.raw_request, exchanges.c.ra
     exchanges.c.session_id == _SESSION, exchanges.c.seq.in_(sa.bindparam("seqs", expanding=True)))
 _ROWS = sa.select(exchanges.c.seq, exchanges.c.layout, exchanges.c.record).where(
     exchanges.c.session_id == _SESSION).order_by(exchanges.c.seq).execution_options(yield_per=64)
+_PLACE = sa.select(exchanges.c.segment, exchanges.c.piece).where(
+    exchanges.c.session_id == _SESSION, exchanges.c.seq == sa.bindparam("seq"))
 _RAW_ROWS = _ROWS.add_columns(exchanges.c.raw_request, exchanges.c.raw_response)
 _ONE_ROW = sa.select(exchanges.c.layout, exchanges.c.segment, exchanges.c.piece,
                      exchanges.c.record, exchanges.c.raw_request, exchanges.c.raw_response).where(
@@ -172,6 +175,18 @@ class SessionReader:
         self._lists.setdefault(segment, {})
         if preload:
             self.blobs.load(n for m in found.values() for n in content.referenced(m))
+
+    def add_parents(self, seq: int) -> None:
+        """Decode, up to each one, the manifests of the earlier segments `seq`'s parent chain
+        is in: a resumed segment starts from its session's last exchange (store.segments)."""
+        at: int | None = seq
+        while (at := content.parent(self.manifests[at])) is not None:
+            if at not in self.manifests:
+                row = self.conn.execute(_PLACE, {"session_id": self.session_id, "seq": at}).first()
+                if row is None:
+                    raise StoreError(f"session {self.session_id} has no exchange {at}, "
+                                     "which a later one derives from")
+                self.add_segment(row.segment, upto=row.piece, preload=False)
 
     def prefetch(self, seq: int, raw: bool) -> None:
         """Fetch, in one query each, the blobs and raw frames one exchange needs."""
@@ -298,5 +313,6 @@ def read_one(conn: sa.Connection, session_id: str, seq: int, raw: bool) -> Excha
         return legacy(row.record, row.raw_request, row.raw_response) if raw else legacy(row.record)
     reader = SessionReader(conn, session_id)
     reader.add_segment(row.segment, upto=row.piece, preload=False)
+    reader.add_parents(seq)
     reader.prefetch(seq, raw)
     return reader.exchange(seq, raw, (row.raw_request, row.raw_response))

@@ -14,9 +14,10 @@ import pytest
 import sqlalchemy as sa
 from support import make_exchange, make_session, realistic_exchanges
 
-from forge_record.store import default_store_url, dictionaries, gc, kept, open_store
+from forge_record.store import content, default_store_url, dictionaries, gc, kept, open_store
 from forge_record.store import push as pushing
 from forge_record.store.items import AddExchange, AddSession, EndSession
+from forge_record.store.reader import segment_manifests
 from forge_record.store.schema import blobs, sessions
 
 DAY = 86400.0
@@ -78,6 +79,13 @@ def test_a_written_session_keeps_the_groups_gc_would_decode(store, store_url):
     store._writes.forget({"segments"})
     for ex in more[5:]:
         store.add_exchange("segments", ex)
+    # A segment resumed from the session's last exchange (its encoder let go within the
+    # encoders' budget, its tail kept).
+    resumed = realistic_exchanges(10, seed=7)
+    add(store, "resumed", resumed[:5], end=False)
+    store._writes._retire("resumed")
+    for ex in resumed[5:]:
+        store.add_exchange("resumed", ex)
     # A spool replay: what reached the store is skipped, the rest counted.
     replayed = realistic_exchanges(6, seed=4)
     add(store, "replayed", replayed[:3], end=False)
@@ -90,11 +98,14 @@ def test_a_written_session_keeps_the_groups_gc_would_decode(store, store_url):
                  for sid, ex in zip(("a", "b"), pair, strict=True)])
 
     groups = assert_kept_as_decoded(store, "first", "same-store", "other-writer", "segments",
-                                    "replayed", "a", "b")
+                                    "resumed", "replayed", "a", "b")
     assert groups["first"] < groups["same-store"]
     assert groups["other-writer"] == groups["first"]  # every blob it named was first's
     assert figures(store)["replayed"]["exchanges"] == 6
     assert len(groups["segments"]) >= 2  # a group each segment, and first's
+    assert len(groups["resumed"]) >= 2
+    with store.reading("resumed") as conn:  # 8 goes on from 5 (6 and 7 are side calls)
+        assert content.parent(segment_manifests(conn, "resumed", 1)[8]) == 5
 
 
 def test_a_call_that_continues_the_conversation_takes_four_statements(store):

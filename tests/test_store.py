@@ -125,6 +125,53 @@ def test_interleaved_sessions_keep_their_segments_within_the_encoders_budget(
     assert len(writes._encoders) == (len(names) if budget is None else 1)
 
 
+def stored_bytes(store, session_id: str) -> int:
+    """Its manifests and raw frames (packs are the blobs', whichever session named them)."""
+    import sqlalchemy as sa
+
+    with store.reading("bytes") as conn:
+        return conn.scalar(sa.text(
+            "SELECT sum(length(record) + length(raw_request) + length(raw_response)) "
+            "FROM exchanges WHERE session_id = :s"), {"s": session_id})
+
+
+def test_a_session_whose_encoder_was_let_go_resumes_from_its_last_exchange(store, monkeypatch):
+    """Past the encoders' budget a session's next call starts a segment, which derives from
+    the session's last exchange (its tail) in the segment before: its manifest and raw
+    bodies stay small, and reading one exchange decodes at most REACH segments. "a" then
+    goes on alone in its last segment past a raw keyframe, which names messages its
+    encoder never held (they came from the tail)."""
+    from forge_record.store import batch, delta, reader, segments
+
+    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # only the newest encoder is kept
+    interleaved = segments.REACH + segments.REACH // 2  # "a" resumes its last segment
+    sent = realistic_exchanges(interleaved + delta.RAW_KEYFRAME_EVERY + 16)
+    for name in ("a", "b", "c", "d"):
+        store.add_session(make_session(name))
+    for ex in sent[:interleaved]:
+        store.write([AddExchange("a", ex)])
+        store.write([AddExchange("b", ex)])
+    for ex in sent[interleaved:]:
+        store.write([AddExchange("a", ex)])
+    monkeypatch.setattr(batch, "TAIL_BYTES", 0)  # "c" and "d" as "a" and "b", no tail kept
+    for ex in sent[:interleaved]:
+        store.write([AddExchange("c", ex)])
+        store.write([AddExchange("d", ex)])
+    assert stored_bytes(store, "b") < 0.7 * stored_bytes(store, "d")
+
+    decoded = []
+    real = reader.segment_pieces
+    monkeypatch.setattr(reader, "segment_pieces",
+                        lambda *a, **k: decoded.append(a) or real(*a, **k))
+    for name, calls in (("a", sent), ("b", sent[:interleaved])):
+        assert list(store.iter_exchanges(name, raw=True)) == calls
+        for ex in calls:
+            decoded.clear()
+            assert store.get_exchange(name, ex.seq, raw=True) == ex, (name, ex.seq)
+            assert len(decoded) <= segments.REACH
+    assert list(store.iter_exchanges("d", raw=True)) == sent[:interleaved]
+
+
 @pytest.mark.parametrize("prefix", [b"", b"".join(
     b'{"line": %d, "text": "a file the harness reads again"}\n' % i for i in range(5000))])
 def test_a_stream_that_ended_lends_its_compressor_to_the_next_one_which_writes_the_same_bytes(
@@ -250,6 +297,29 @@ def test_a_failed_write_does_not_corrupt_what_follows(store):
     for ex in sent[4:]:
         store.add_exchange("s", ex)
     assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_a_failed_write_forgets_the_tails_of_its_sessions(store, monkeypatch):
+    """A session whose encoder was let go within a batch keeps a tail from that batch; if
+    the batch fails, a later segment must not resume from an exchange never committed."""
+    from forge_record.store import batch
+
+    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)
+    sent = realistic_exchanges(6)
+    for name in ("a", "b"):
+        store.add_session(make_session(name))
+    store.write([AddExchange("a", ex) for ex in sent[:3]])
+    # "b"'s encoder lets "a"'s go, with exchange 4 as its tail; then a duplicate fails all.
+    with pytest.raises(StoreError, match="UNIQUE|unique|duplicate"):
+        store.write([AddExchange("a", sent[3]), AddExchange("b", sent[0]),
+                     AddExchange("b", sent[0])])
+    assert not store._writes._tails
+    store.write([AddExchange("a", sent[3]), AddExchange("b", sent[0])])
+    assert list(store._writes._tails) == ["a"]
+    for ex in sent[4:]:
+        store.write([AddExchange("a", ex)])
+    assert list(store.iter_exchanges("a", raw=True)) == sent
+    assert store.get_exchange("a", 6, raw=True) == sent[5]
 
 
 def test_write_if_absent_skips_what_is_stored(store):
