@@ -76,11 +76,10 @@ TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wr
 # Sessions whose encoder is kept between batches, least recently written first out: while
 # there are fewer than _ENCODERS and their footprints add up to less than ENCODER_BYTES.
 # `serve` writes more rollouts at once than that holds (~150 small ones). A session whose
-# encoder was let go keeps its last exchange (its *tail*, a few raw bodies' worth, within
-# TAIL_BYTES), and its next exchange resumes from it in a new segment (store.segments).
-# Without a tail a new segment has no parent. Written a segment a call, the 150-call bench
-# session (bench/storage.py, in a store with its harness's dictionary) stored 4.2x the bytes
-# it takes written whole, and 2.0x resumed (manifests cost the most: each starts a stream).
+# encoder was let go keeps its tail (the last exchanges of its chains, a few raw bodies'
+# worth, within TAIL_BYTES), and its next segment resumes from it (store.segments). Without
+# a tail a new segment has no parent: written a segment a call, the 150-call bench session's
+# payload was 3.8x what it is written whole; resumed, 1.3x (docs/BENCHMARKS.md).
 _ENCODERS = 4096
 ENCODER_BYTES = 256 << 20
 TAIL_BYTES = 64 << 20

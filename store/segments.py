@@ -19,9 +19,10 @@ last few exchanges, which later ones derive from:
   fresh encoder and no parent.
 - A segment *resumed* after its writer let the session's encoder go (store.batch keeps
   encoders within a memory budget, and `serve` writes more rollouts at once than it holds)
-  starts from the session's last exchange (`tail`) as a parent in an earlier segment, so
-  that its manifests and raw bodies still derive from it. Reading an exchange then decodes
-  the manifests of the segments its parent chain reaches back through, at most REACH.
+  starts with the last exchanges of the session's chains (its `tail`) among its recent
+  ones: its exchanges may take their parent in an earlier segment, so their manifests and
+  raw bodies still derive from it. Reading an exchange then decodes the manifests of the
+  segments its parent chain reaches back through, at most REACH.
 
 If a write fails, the store throws the encoder away: its streams already hold pieces that
 were never committed. The next write starts a new segment, so nothing committed depends on
@@ -44,11 +45,15 @@ from forge_record.store import compression, content, delta, dictionaries, tokens
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
-# Segments one exchange's parent chain may span. Written a segment a call (`serve` past the
-# encoders' budget), the 150-call bench session in a store with its harness's dictionary
-# took 322 KB, against 164 KB written whole and 692 KB with no parent across segments;
-# REACH 4 stored 10% more, 16 5% less for twice the segments a read may decode.
-REACH = 8
+# Segments one exchange's parent chain may span, and the chain heads a tail keeps. Written a
+# segment a call (`serve` past the encoders' budget), the 150-call bench session of an
+# unseen seed in a store with its harness's dictionary took 207 KB, against 156 KB written
+# whole and 591 KB with no parent across segments; REACH 8 took 231 KB and 12 217, for at
+# most 8 and 12 segments decoded to read one exchange (15 against 13 ms on SQLite, mean of
+# every 7th). One head (the last exchange) took 237 KB at REACH 8: a side call (a title, a
+# sub-agent) between two calls of the main loop cut its chain; three, as two.
+REACH = 16
+HEADS = 2
 PACK_IDLE = 600.0  # less than gc.GRACE
 # A request's parts besides its messages, and how each is made a blob.
 _PART_BLOBS = {"system": content.system_blob,
@@ -87,6 +92,7 @@ class Seen:
     tokens_depth: int = 0  # 0 for a call whose token blob keeps no parent ids
     segment: int = 0
     reach: int = 1  # segments its parent chain spans, its own included
+    parent: int | None = None  # the seq it derives from
 
     @property
     def footprint(self) -> int:
@@ -119,12 +125,14 @@ class SessionEncoder:
 
     @property
     def tail(self) -> list[Seen]:
-        """What a later segment may resume from once this encoder is let go: the last
-        exchange written, unless its chain spans REACH segments already or its raw chain is
-        due a keyframe (which would need the bytes of every blob it names). Only the last:
-        resuming from the last three stored the bench session's 17% larger."""
-        return [s for s in list(self._recent)[-1:] if s.request is not None
-                and s.reach < REACH and s.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY]
+        """What a later segment may resume from once this encoder is let go: the heads of
+        its recent chains (exchanges no later one went on from), but for those whose chain
+        spans REACH segments already or whose raw chain is due a keyframe (which would need
+        the bytes of every blob they name)."""
+        taken = {s.parent for s in self._recent}
+        heads = [s for s in self._recent if s.seq not in taken and s.request is not None
+                 and s.reach < REACH and s.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY]
+        return heads[-HEADS:]
 
     @property
     def dictionary_id(self) -> int | None:
@@ -176,7 +184,8 @@ class SessionEncoder:
             ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
             raw_parent.raw_depth + 1 if raw_parent else 0,
             tokens.full(ex.response and ex.response.tokens), token_depth, self.segment,
-            parent.reach + (parent.segment != self.segment) if parent else 1))
+            parent.reach + (parent.segment != self.segment) if parent else 1,
+            parent and parent.seq))
         self.pieces += 1
         # Only messages appended to this session's own history are certainly new, and a
         # call's token blob is its own.
