@@ -10,7 +10,9 @@ The only module that imports zstandard. Three shapes:
 - Stream: one zstd frame cut into pieces, one piece per call, each flushed so that it decodes
   as soon as the pieces before it have been fed. A later piece refers back into everything
   earlier in the stream, which is what makes per-exchange pieces small. decode_pieces()
-  decodes a run of pieces that starts at the stream's first piece.
+  decodes a run of pieces that starts at the stream's first piece. A stream may start from
+  a prefix (raw bytes the caller keeps) or from one of the TRAINED dictionaries shipped
+  with this package, which its frame names by id.
 
 zstandard's compressor and decompressor objects are not thread-safe, so each thread keeps its
 own one-shot pair (the writer thread compresses while a CLI thread may be reading); a Stream
@@ -22,10 +24,13 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import orjson
 import zstandard
+
+from forge_record.errors import StoreError
 
 LEVEL = 3  # zstd's own default: fast enough for the writer thread, ~4-10x on JSON bodies
 # Streams (manifests, packs) compress a few KB per piece. Level 9 against 3 (issue 21,
@@ -44,6 +49,14 @@ STREAM_WINDOW_LOG = 22  # 4 MiB: a segment's pieces (store.segments.SEGMENT_BYTE
 STREAM_TABLE_LOG = 17
 MANIFEST_TABLE_LOG = 14
 STREAM_BUFFERS = 300 << 10  # a compressor's block and sequence buffers (measured as RSS)
+# Zstd dictionaries shipped with the package, by the id their frames carry. Manifest streams
+# start from MANIFESTS (bench/manifest_dictionary.py): a stream's first pieces have nothing
+# earlier to refer to, and `serve` starts a stream for every rollout, and for every call of
+# a rollout whose encoder its writer let go; from the dictionary such a piece takes about a
+# quarter of the bytes. A file's bytes never change once shipped (stores hold frames made
+# with it): a better dictionary is a new file with a new id, and the old one stays here.
+MANIFESTS = 0x46520001
+TRAINED = {MANIFESTS: "manifests-1.dict"}
 
 
 def stream_tables(table_log: int) -> int:
@@ -127,11 +140,12 @@ class Stream:
     pieces before them, decode to everything fed so far."""
 
     def __init__(self, level: int = STREAM_LEVEL, prefix: bytes = b"",
-                 table_log: int = STREAM_TABLE_LOG) -> None:
+                 table_log: int = STREAM_TABLE_LOG, trained: int | None = None) -> None:
         self.held = stream_tables(table_log)  # and the window, as far as it is filled
         # A prefix (store.dictionaries) is content the stream may refer back into from its
-        # first piece; decode_pieces needs the same bytes.
-        self._kind = (level, table_log, prefix)
+        # first piece; decode_pieces needs the same bytes. A trained dictionary (an id of
+        # TRAINED) is named in the frame, and decode_pieces finds it by that.
+        self._kind = (level, table_log, prefix, trained)
         self._compressor = _idle_compressors.take(self._kind)
         self._obj = self._compressor.compressobj()  # a new frame, whoever used it before
         self.fed = 0  # plain bytes so far
@@ -172,8 +186,12 @@ class _IdleCompressors:
             for at in range(len(self._free) - 1, -1, -1):
                 if self._free[at][0] == kind:
                     return self._free.pop(at)[1]
-        level, table_log, prefix = kind
-        extra = {"dict_data": _stream_prefix(prefix, level, table_log)} if prefix else {}
+        level, table_log, prefix, trained = kind
+        extra = {}
+        if trained:
+            extra["dict_data"] = _trained_for(trained, level, table_log)
+        elif prefix:
+            extra["dict_data"] = _stream_prefix(prefix, level, table_log)
         return zstandard.ZstdCompressor(compression_params=_stream_params(level, table_log),
                                         **extra)
 
@@ -189,7 +207,30 @@ _idle_compressors = _IdleCompressors()
 @functools.cache
 def _stream_params(level: int, table_log: int) -> zstandard.ZstdCompressionParameters:
     return zstandard.ZstdCompressionParameters.from_level(
-        level, window_log=STREAM_WINDOW_LOG, hash_log=table_log, chain_log=table_log)
+        level, window_log=STREAM_WINDOW_LOG, hash_log=table_log, chain_log=table_log,
+        write_dict_id=True)  # a raw prefix has no id to write; a trained dictionary does
+
+
+@functools.cache
+def _trained(dict_id: int) -> zstandard.ZstdCompressionDict:
+    name = TRAINED.get(dict_id)
+    if name is None:
+        raise StoreError(f"a stream names zstd dictionary {dict_id}, which this forge-record "
+                         "does not have (was it written by a newer forge-record?)")
+    made = zstandard.ZstdCompressionDict(
+        (Path(__file__).parent / name).read_bytes(), dict_type=zstandard.DICT_TYPE_FULLDICT)
+    if made.dict_id() != dict_id:
+        raise StoreError(f"{name} is dictionary {made.dict_id()}, not {dict_id}")
+    return made
+
+
+@functools.cache
+def _trained_for(dict_id: int, level: int, table_log: int) -> zstandard.ZstdCompressionDict:
+    """A trained dictionary with its match tables built once for these parameters."""
+    made = zstandard.ZstdCompressionDict(_trained(dict_id).as_bytes(),
+                                         dict_type=zstandard.DICT_TYPE_FULLDICT)
+    made.precompute_compress(compression_params=_stream_params(level, table_log))
+    return made
 
 
 @functools.lru_cache(maxsize=8)
@@ -207,8 +248,17 @@ def _stream_prefix(prefix: bytes, level: int, table_log: int) -> zstandard.ZstdC
 
 def decode_pieces(pieces: Iterable[bytes], prefix: bytes = b"") -> list[bytes]:
     """The plain bytes of each piece; the first piece must be the stream's first, `prefix`
-    the one the stream was made with."""
-    extra = {"dict_data": _prefix_dict(prefix)} if prefix else {}
+    the one the stream was made with (a trained dictionary is found by the id the frame
+    names)."""
+    pieces = list(pieces)
+    named = trained_id(next((p for p in pieces if p), b""))
+    extra = {"dict_data": _trained(named)} if named else (
+        {"dict_data": _prefix_dict(prefix)} if prefix else {})
     obj = zstandard.ZstdDecompressor(
         max_window_size=1 << STREAM_WINDOW_LOG, **extra).decompressobj()
     return [obj.decompress(p) if p else b"" for p in pieces]
+
+
+def trained_id(first_piece: bytes) -> int:
+    """The TRAINED dictionary a stream's first piece names; 0 for none."""
+    return zstandard.get_frame_parameters(first_piece).dict_id if first_piece else 0

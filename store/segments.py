@@ -23,6 +23,9 @@ last few exchanges, which later ones derive from:
   ones: its exchanges may take their parent in an earlier segment, so their manifests and
   raw bodies still derive from it. Reading an exchange then decodes the manifests of the
   segments its parent chain reaches back through, at most REACH.
+- The manifest stream starts from a dictionary shipped with the package
+  (compression.MANIFESTS), for the first pieces of a stream, which have nothing earlier in
+  it to refer to.
 
 If a write fails, the store throws the encoder away: its streams already hold pieces that
 were never committed. The next write starts a new segment, so nothing committed depends on
@@ -109,7 +112,7 @@ class SessionEncoder:
     pieces: int = 0
     group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
     _manifests: compression.Stream = field(default_factory=lambda: compression.Stream(
-        table_log=compression.MANIFEST_TABLE_LOG))
+        table_log=compression.MANIFEST_TABLE_LOG, trained=compression.MANIFESTS))
     _packs: compression.Stream = field(init=False)
     _offered: bool = False  # its group as the harness version's dictionary
     _recent: deque[Seen] = field(default_factory=lambda: deque(maxlen=RECENT))

@@ -443,3 +443,43 @@ def test_0009_fences_older_gcs_and_its_downgrade_forgets_the_groups_writers_kept
     migrate.upgrade(engine)
     with open_store(url) as store:
         assert len(list(store.iter_exchanges("s", raw=True))) == 6
+
+
+def test_0010_downgrade_writes_manifest_streams_without_the_dictionary(engine, url):
+    """Manifest streams start from the shipped dictionary (0010); going back re-encodes
+    them without it, to the same plain manifests, which raw responses are compressed
+    against."""
+    sent = realistic_exchanges(6)
+    store_session(url, sent)
+    pieces = sa.text("SELECT record FROM exchanges ORDER BY segment, piece")
+    with engine.connect() as conn:
+        before = [r for (r,) in conn.execute(pieces)]
+    assert compression.trained_id(before[0]) == compression.MANIFESTS
+    migrate.downgrade(engine, "0009")
+    with engine.connect() as conn:
+        after = [r for (r,) in conn.execute(pieces)]
+    assert compression.trained_id(after[0]) == 0
+    assert compression.decode_pieces(after) == compression.decode_pieces(before)
+    migrate.upgrade(engine)
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_0010_downgrade_refuses_a_store_whose_segments_go_on_from_earlier_ones(
+        engine, url, monkeypatch):
+    from forge_record.store import batch
+    from forge_record.store.items import AddExchange
+
+    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # a segment a call, each from the last
+    sent = realistic_exchanges(12)
+    with open_store(url) as store:
+        for name in ("a", "b"):
+            store.add_session(make_session(name))
+        for ex in sent:
+            store.write([AddExchange("a", ex)])
+            store.write([AddExchange("b", ex)])
+    with pytest.raises(StoreError, match="2 sessions have exchanges that go on from an earl"):
+        migrate.downgrade(engine, "0009")
+    assert migrate.current(engine) == migrate.head()
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("a", raw=True)) == sent

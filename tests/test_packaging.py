@@ -43,6 +43,10 @@ def test_wheel_ships_every_package_and_migration(tmp_path):
     for package in packages_on_disk():
         assert f"{package.replace('.', '/')}/__init__.py" in names
     assert "forge_record/store/alembic.ini" in names
+    from forge_record.store import compression  # the dictionaries stores' streams name
+
+    for name in compression.TRAINED.values():
+        assert f"forge_record/store/{name}" in names
     assert any(n.startswith("forge_record/store/migrations/versions/0001") for n in names)
     assert not any(n.split("/")[0] in ("store", "addons", "recorder", "harness_shims")
                    for n in names)

@@ -299,6 +299,39 @@ def test_a_failed_write_does_not_corrupt_what_follows(store):
     assert list(store.iter_exchanges("s", raw=True)) == sent
 
 
+def test_manifest_streams_start_from_the_shipped_dictionary(store, monkeypatch):
+    """A stream's first manifest has nothing earlier in its stream to refer to; `serve`
+    starts one for every rollout. From the dictionary it takes under half the bytes, and
+    reads back the same."""
+    import sqlalchemy as sa
+
+    from forge_record.store import compression
+
+    shipped, sent = compression.MANIFESTS, realistic_exchanges(3)
+    for name in ("with", "without"):
+        if name == "without":
+            monkeypatch.setattr(compression, "MANIFESTS", None)
+        store.add_session(make_session(name))
+        store.add_exchange(name, sent[0])
+    with store.reading("first pieces") as conn:
+        first = dict(conn.execute(sa.text("SELECT session_id, record FROM exchanges")).all())
+    assert compression.trained_id(first["with"]) == shipped
+    assert compression.trained_id(first["without"]) == 0
+    assert len(first["with"]) < 0.5 * len(first["without"])
+    for name in ("with", "without"):
+        assert store.get_exchange(name, 1, raw=True) == sent[0]
+
+
+def test_a_stream_naming_a_dictionary_this_version_lacks_is_a_clear_error():
+    from forge_record.store import compression
+
+    samples = [b'{"seq": %d, "dialect": "x"}' % i for i in range(500)]
+    other = compression.zstandard.train_dictionary(1024, samples, dict_id=0x46529999)
+    frame = compression.zstandard.ZstdCompressor(dict_data=other).compress(samples[7])
+    with pytest.raises(StoreError, match="names zstd dictionary 1179818393, which this"):
+        compression.decode_pieces([frame])
+
+
 def test_a_failed_write_forgets_the_tails_of_its_sessions(store, monkeypatch):
     """A session whose encoder was let go within a batch keeps a tail from that batch; if
     the batch fails, a later segment must not resume from an exchange never committed."""
