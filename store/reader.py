@@ -178,7 +178,7 @@ class SessionReader:
 
     def add_parents(self, seq: int) -> None:
         """Decode, up to each one, the manifests of the earlier segments `seq`'s parent chain
-        is in: a resumed segment starts from its session's last exchange (store.segments)."""
+        is in: a resumed segment goes on from its session's tail (store.segments)."""
         at: int | None = seq
         while (at := content.parent(self.manifests[at])) is not None:
             if at not in self.manifests:

@@ -82,7 +82,7 @@ class Encoded:
 
 @dataclass
 class Seen:
-    """What a later exchange of the segment may derive from."""
+    """What a later exchange may derive from: in its segment, or in one resumed after it."""
 
     seq: int
     request: Request | None
@@ -188,7 +188,7 @@ class SessionEncoder:
             raw_parent.raw_depth + 1 if raw_parent else 0,
             tokens.full(ex.response and ex.response.tokens), token_depth, self.segment,
             parent.reach + (parent.segment != self.segment) if parent else 1,
-            parent and parent.seq))
+            parent.seq if parent else None))
         self.pieces += 1
         # Only messages appended to this session's own history are certainly new, and a
         # call's token blob is its own.
