@@ -79,8 +79,8 @@ def test_a_written_session_keeps_the_groups_gc_would_decode(store, store_url):
     store._writes.forget({"segments"})
     for ex in more[5:]:
         store.add_exchange("segments", ex)
-    # A segment resumed from the session's last exchange (its encoder let go within the
-    # encoders' budget, its tail kept).
+    # A segment resumed from the session's tail (its encoder let go within the encoders'
+    # budget, the last exchanges of its chains kept).
     resumed = realistic_exchanges(10, seed=7)
     add(store, "resumed", resumed[:5], end=False)
     store._writes._retire("resumed")

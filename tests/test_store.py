@@ -135,10 +135,10 @@ def stored_bytes(store, session_id: str) -> int:
             "FROM exchanges WHERE session_id = :s"), {"s": session_id})
 
 
-def test_a_session_whose_encoder_was_let_go_resumes_from_its_last_exchange(store, monkeypatch):
+def test_a_session_whose_encoder_was_let_go_resumes_from_its_tail(store, monkeypatch):
     """Past the encoders' budget a session's next call starts a segment, which derives from
-    the session's last exchange (its tail) in the segment before: its manifest and raw
-    bodies stay small, and reading one exchange decodes at most REACH segments. "a" then
+    the session's tail (the last exchanges of its chains) in the segment before: manifests
+    and raw bodies stay small, and reading one exchange decodes at most REACH segments. "a" then
     goes on alone in its last segment past a raw keyframe, which names messages its
     encoder never held (they came from the tail)."""
     from forge_record.store import batch, delta, reader, segments
