@@ -68,7 +68,13 @@ from forge_record.store.schema import (
     packs,
     sessions,
 )
-from forge_record.store.segments import Encoded, Seen, SessionEncoder
+from forge_record.store.segments import (
+    SEGMENT_BYTES,
+    Encoded,
+    PackStream,
+    Seen,
+    SessionEncoder,
+)
 
 FRESH_FOR = 600.0
 BEAT_EVERY = 30.0  # well under summary.STALE_AFTER
@@ -79,7 +85,7 @@ TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wr
 # encoder was let go keeps its tail (the last exchanges of its chains, a few raw bodies'
 # worth, within TAIL_BYTES), and its next segment resumes from it (store.segments). Without
 # a tail a new segment has no parent: written a segment a call, the 150-call bench session's
-# payload was 3.8x what it is written whole; resumed, 1.3x (docs/BENCHMARKS.md).
+# payload was 3.8x what it is written whole; resumed, 1.2x (docs/BENCHMARKS.md).
 _ENCODERS = 4096
 ENCODER_BYTES = 256 << 20
 TAIL_BYTES = 64 << 20
@@ -103,6 +109,10 @@ class Writes:
         self._held = 0
         self._tails: OrderedDict[str, list[Seen]] = OrderedDict()  # sessions whose encoder went
         self._tails_held = 0
+        # The pack stream resumed segments share, by the dictionary it starts from: a session
+        # resumed call after call then adds its blobs to one group (to a new one every 4 MB)
+        # instead of a group a call, each listed in its figure of pack groups.
+        self._shared: dict[int | None, PackStream] = {}
         self._fresh: dict[str, float] = {}
         self._beats: dict[str, float] = {}  # session -> last heartbeat written with a batch
         self._own: dict[str, dict] = {}  # session -> the pack groups figure it wrote last
@@ -137,9 +147,12 @@ class Writes:
             self._fresh = {k: t for k, t in self._fresh.items() if now - t < FRESH_FOR}
 
     def forget(self, session_ids: set[str]) -> None:
+        """After a failed write: its sessions' encoders and tails, and the shared pack
+        streams, may hold pieces that were never committed."""
         for sid in session_ids:
             self._drop(sid)
             self._beats.pop(sid, None)
+        self._shared.clear()
 
     def _add_exchanges(self, conn, adds: list[AddExchange], if_absent: bool, now: float) -> set:
         if if_absent:
@@ -181,13 +194,24 @@ class Writes:
             mine = enc.segment if enc else max((s.segment for s in tail), default=-1)
             floor = max(-1 if last is None else last, mine)
             harness = dictionaries.key(ex)
-            enc = SessionEncoder(segment=floor + 1, harness=harness,
-                                 dictionary=self._dictionary(conn, harness), resumes=tail)
+            dictionary = self._dictionary(conn, harness)
+            # A session with segments but no encoder here was let go (or its write failed):
+            # its new segment packs into the shared stream.
+            shared = self._shared_packs(dictionary) if enc is None and last is not None else None
+            enc = SessionEncoder(segment=floor + 1, harness=harness, dictionary=dictionary,
+                                 packs=shared, resumes=tail)
             self._encoders[session_id] = enc
             self._measure(session_id)
             self._make_room()
         self._encoders.move_to_end(session_id)
         return enc
+
+    def _shared_packs(self, dictionary: tuple[int, bytes] | None) -> PackStream:
+        key = dictionary[0] if dictionary else None
+        packs = self._shared.get(key)
+        if packs is None or packs.fed >= SEGMENT_BYTES:
+            packs = self._shared[key] = PackStream(dictionary)
+        return packs
 
     def _make_room(self) -> None:
         """Drop the least recently written encoders, the newest one aside, while over either

@@ -50,11 +50,12 @@ SEGMENT_BYTES = 4 << 20
 RECENT = 8
 # Segments one exchange's parent chain may span, and the chain heads a tail keeps. Written a
 # segment a call (`serve` past the encoders' budget), the 150-call bench session of an
-# unseen seed in a store with its harness's dictionary took 207 KB, against 156 KB written
-# whole and 591 KB with no parent across segments; REACH 8 took 231 KB and 12 217, for at
-# most 8 and 12 segments decoded to read one exchange (15 against 13 ms on SQLite, mean of
-# every 7th). One head (the last exchange) took 237 KB at REACH 8: a side call (a title, a
-# sub-agent) between two calls of the main loop cut its chain; three, as two.
+# unseen seed in a store with its harness's dictionary took 191 KB of payload, against 156
+# KB written whole and 591 KB with no parent across segments; REACH 8 took 215 KB and 12
+# 200, for at most 8 and 12 segments decoded to read one exchange (11-16 ms on SQLite either
+# way, mean of every 7th). One head (the last exchange) took 6 KB more at REACH 8: a side
+# call (a title, a sub-agent) between two calls of the main loop cut its chain; three, as
+# two.
 REACH = 16
 HEADS = 2
 PACK_IDLE = 600.0  # less than gc.GRACE
@@ -105,26 +106,70 @@ class Seen:
 
 
 @dataclass
+class PackStream:
+    """A pack group being written: each pack is the next piece of one zstd stream, which
+    starts from the harness version's dictionary if there is one. A segment writes its own;
+    resumed segments share their writer's (store.batch), so a session resumed call after
+    call does not add a pack group a call. After PACK_IDLE seconds without a pack the
+    stream starts over as a new group: gc may by then have removed a group none of whose
+    blobs were kept (it spares groups younger than its grace)."""
+
+    dictionary: tuple[int, bytes] | None = None  # (id, plain bytes)
+    group: int = field(default_factory=lambda: secrets.randbits(62))
+    _stream: compression.Stream = field(init=False)
+    _packed_at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self._stream = self._new()
+
+    def _new(self) -> compression.Stream:
+        return compression.Stream(prefix=self.dictionary[1] if self.dictionary else b"")
+
+    @property
+    def fed(self) -> int:
+        return self._stream.fed
+
+    @property
+    def held(self) -> int:
+        return self._stream.held + self._stream.fed
+
+    def pack(self, datas: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+        """The next piece of the stream, holding `datas` one after another; with each one's
+        (start, length) in the piece's plain bytes."""
+        now = time.monotonic()
+        if now - self._packed_at > PACK_IDLE:
+            self._stream, self.group = self._new(), secrets.randbits(62)
+        self._packed_at = now
+        return self._stream.piece(b"".join(datas)), spans(datas)
+
+
+@dataclass
 class SessionEncoder:
     segment: int
     harness: str = ""  # dictionaries.key of the segment's first exchange
     dictionary: tuple[int, bytes] | None = None  # (id, plain bytes) its pack streams start from
     pieces: int = 0
-    group: int = field(default_factory=lambda: secrets.randbits(62))  # its packs' group_id
+    packs: PackStream | None = None  # None: a stream of its own; else its writer's shared one
     _manifests: compression.Stream = field(default_factory=lambda: compression.Stream(
         table_log=compression.MANIFEST_TABLE_LOG, trained=compression.MANIFESTS))
-    _packs: compression.Stream = field(init=False)
+    _own_packs: bool = field(init=False, default=True)  # whether `packs` is its own stream
     _offered: bool = False  # its group as the harness version's dictionary
     _recent: deque[Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
     _bytes_held: int = 0  # their sizes, summed
     _first_named: set[str] = field(default_factory=set)  # those the exchange being encoded adds
-    _packed_at: float = field(default_factory=time.monotonic)
     resumes: InitVar[list[Seen]] = ()  # the tail of the session's previous segment
 
     def __post_init__(self, resumes: list[Seen]) -> None:
-        self._packs = self._pack_stream()
+        self._own_packs = self.packs is None
+        if self.packs is None:
+            self.packs = PackStream(self.dictionary)
         self._recent.extend(resumes)
+
+    @property
+    def group(self) -> int:
+        """The pack group its next pack goes into."""
+        return self.packs.group
 
     @property
     def tail(self) -> list[Seen]:
@@ -145,20 +190,17 @@ class SessionEncoder:
         """(group, plain bytes) of its pack group to make its harness version's dictionary:
         once the group holds dictionaries.SIZE bytes, or at the session's end (`ended`) if
         it holds MAKE_AFTER; then only once. None if it uses a dictionary itself (groups
-        never chain) or has too little."""
-        fed = self._packs.fed
-        if self.dictionary or self._offered or fed < (
+        never chain), shares its writer's stream, or has too little."""
+        fed = self.packs.fed
+        if self.dictionary or not self._own_packs or self._offered or fed < (
                 dictionaries.MAKE_AFTER if ended else dictionaries.SIZE):
             return None
         self._offered = True
         return self.group, min(fed, dictionaries.SIZE)
 
-    def _pack_stream(self) -> compression.Stream:
-        return compression.Stream(prefix=self.dictionary[1] if self.dictionary else b"")
-
     @property
     def full(self) -> bool:
-        return self._manifests.fed + self._packs.fed >= SEGMENT_BYTES
+        return self._manifests.fed + (self.packs.fed if self._own_packs else 0) >= SEGMENT_BYTES
 
     def encode(self, ex: Exchange) -> Encoded:
         parent, keep = self._parent(ex)
@@ -198,15 +240,8 @@ class SessionEncoder:
                        blobs, shared, set(blobs) - self._first_named)
 
     def pack(self, datas: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
-        """The next piece of this segment's pack stream, holding `datas` one after another;
-        with each one's (start, length) in the piece's plain bytes. After PACK_IDLE seconds
-        without a pack the stream starts over as a new group: gc may by then have removed a
-        group none of whose blobs were kept (it spares groups younger than its grace)."""
-        now = time.monotonic()
-        if now - self._packed_at > PACK_IDLE:
-            self._packs, self.group = self._pack_stream(), secrets.randbits(62)
-        self._packed_at = now
-        return self._packs.piece(b"".join(datas)), spans(datas)
+        """The next piece of its pack stream (PackStream.pack)."""
+        return self.packs.pack(datas)
 
     def _parent(self, ex: Exchange) -> tuple[Seen | None, int]:
         if ex.request is None or not ex.request.messages:
@@ -259,8 +294,8 @@ class SessionEncoder:
         derive from (raw bodies, and their parsed requests counted as much again). Checked
         against RSS: 149 encoders of tests' realistic sessions, 3 calls each, estimated 256 MB,
         282 MB."""
-        return (self._manifests.held + self._packs.held + self._manifests.fed + self._packs.fed
-                + self._bytes_held
+        return (self._manifests.held + self._manifests.fed
+                + (self.packs.held if self._own_packs else 0) + self._bytes_held
                 + sum(s.footprint for s in self._recent))
 
     def _request_hint(self, request: Request | None, refs: dict | None, names: list[str],

@@ -89,6 +89,34 @@ def test_blobs_a_kept_session_shares_are_kept_and_their_group_repacked(store, st
         assert store.get_exchange("new", ex.seq, raw=True) == ex
 
 
+def test_a_pack_group_resumed_sessions_shared_is_repacked_for_the_one_kept(store, monkeypatch):
+    """Past the encoders' budget, resumed segments of several sessions pack into their
+    writer's shared stream, so one pack group holds blobs of both; deleting one session
+    keeps what the other names, and it reads back."""
+    from forge_record.store import batch
+    from forge_record.store.items import AddExchange
+
+    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # a segment a call from the second on
+    old, new = realistic_exchanges(8, seed=1), realistic_exchanges(8, seed=2)
+    for name, age in (("old", 40), ("new", 1)):
+        started = time.time() - age * DAY
+        store.write([AddSession(make_session(name, started_at=started), recorder_pid=None)])
+    for a, b in zip(old, new, strict=True):
+        store.write([AddExchange("old", a)])
+        store.write([AddExchange("new", b)])
+    for name, age in (("old", 40), ("new", 1)):
+        store.end_session(name, time.time() - age * DAY + 60, 0)
+    shared = {p.group for p in store._writes._shared.values()}
+    assert len(shared) == 1
+
+    report = collect(store)
+
+    assert report.sessions == 1 and report.repacked >= 1
+    assert list(store.iter_exchanges("new", raw=True)) == new
+    for ex in new:
+        assert store.get_exchange("new", ex.seq, raw=True) == ex
+
+
 def test_sessions_still_recording_are_kept_whatever_their_age(store):
     record(store, "running", realistic_exchanges(3), age_days=40, ended=False)
     record(store, "interrupted", realistic_exchanges(3, seed=3), age_days=40, ended=False)

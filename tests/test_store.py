@@ -141,6 +141,9 @@ def test_a_session_whose_encoder_was_let_go_resumes_from_its_tail(store, monkeyp
     and raw bodies stay small, and reading one exchange decodes at most REACH segments. "a" then
     goes on alone in its last segment past a raw keyframe, which names messages its
     encoder never held (they came from the tail)."""
+    import orjson
+    import sqlalchemy as sa
+
     from forge_record.store import batch, delta, reader, segments
 
     monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # only the newest encoder is kept
@@ -158,6 +161,13 @@ def test_a_session_whose_encoder_was_let_go_resumes_from_its_tail(store, monkeyp
         store.write([AddExchange("c", ex)])
         store.write([AddExchange("d", ex)])
     assert stored_bytes(store, "b") < 0.7 * stored_bytes(store, "d")
+    # Their resumed segments pack into the writer's shared stream: no pack group a call.
+    with store.reading("groups") as conn:
+        figures = dict(conn.execute(sa.text("SELECT id, pack_groups FROM sessions")).all())
+    for name in "abcd":
+        figure = figures[name]  # JSON in Postgres, text in SQLite
+        figure = orjson.loads(figure) if isinstance(figure, str | bytes) else figure
+        assert len(figure["groups"]) <= 3, name
 
     decoded = []
     real = reader.segment_pieces
@@ -346,7 +356,7 @@ def test_a_failed_write_forgets_the_tails_of_its_sessions(store, monkeypatch):
     with pytest.raises(StoreError, match="UNIQUE|unique|duplicate"):
         store.write([AddExchange("a", sent[3]), AddExchange("b", sent[0]),
                      AddExchange("b", sent[0])])
-    assert not store._writes._tails
+    assert not store._writes._tails and not store._writes._shared
     store.write([AddExchange("a", sent[3]), AddExchange("b", sent[0])])
     assert list(store._writes._tails) == ["a"]
     for ex in sent[4:]:
