@@ -173,13 +173,17 @@ def payload(store, session_id: str) -> dict[str, int]:
             "summary columns": summary, "raw requests": one[1], "raw responses": one[2]}
 
 
-def postgres_size(store) -> int:
+def postgres_size(store, every: bool = False) -> int:
+    """Sessions, exchanges, blobs and packs, or `every` table of the store, each with its
+    indexes, TOAST and map forks."""
     import sqlalchemy as sa
 
+    tables = ("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+              "WHERE n.nspname = 'public' AND c.relkind = 'r'") if every else (
+        "SELECT t::regclass FROM unnest(ARRAY['sessions', 'exchanges', 'blobs', 'packs']) t")
     with store.reading("measure") as conn:
         return int(conn.scalar(sa.text(
-            "SELECT sum(pg_total_relation_size(t::regclass)) FROM unnest(ARRAY['sessions', "
-            "'exchanges', 'blobs', 'packs']) AS t")))
+            f"SELECT sum(pg_total_relation_size(oid)) FROM ({tables}) AS r(oid)")))
 
 
 def submit_cost(url: str, sent: list[Exchange], spool: Path) -> list[float]:
@@ -276,7 +280,7 @@ def _team(calls: int, team: int) -> dict[str, float]:
             sent = exchanges(calls, seed, TEAM_HARNESS)[0]
             raw += sum(len(e.raw_request) + len(e.raw_response) for e in sent)
             record(store, f"team-{seed}", sent)
-        size = _relations(store)
+        size = postgres_size(store, every=True)
         # One more session of the team's harness version, written as `serve` writes a rollout
         # past its encoders' budget: its encoder let go after every call (a segment a call).
         sent = exchanges(calls, team, TEAM_HARNESS)[0]
@@ -285,23 +289,12 @@ def _team(calls: int, team: int) -> dict[str, float]:
         add = store.add_exchange
         store.add_exchange = lambda sid, ex: (add(sid, ex), let_go(sid))
         record(store, "serve", sent)
-        serve = _relations(store) - size
+        serve = postgres_size(store, every=True) - size
     return {"postgres_team_sessions": team, "postgres_team_bytes": size,
             "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team,
             "postgres_segment_a_call_bytes": serve,
             "postgres_segment_a_call_ratio":
                 sum(len(e.raw_request) + len(e.raw_response) for e in sent) / serve}
-
-
-def _relations(store) -> int:
-    """Every table of the store with its indexes, TOAST and map forks."""
-    import sqlalchemy as sa
-
-    with store.reading("measure") as conn:
-        return int(conn.scalar(sa.text(
-            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN "
-            "pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
-            "AND c.relkind = 'r'")))
 
 
 def token_session(calls: int, seed: int = 0) -> list[Exchange]:

@@ -228,9 +228,9 @@ class SessionEncoder:
         self._recent.append(Seen(
             ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
             raw_parent.raw_depth + 1 if raw_parent else 0,
-            tokens.full(ex.response and ex.response.tokens), token_depth, self.segment,
-            parent.reach + (parent.segment != self.segment) if parent else 1,
-            parent.seq if parent else None))
+            tokens.full(ex.response and ex.response.tokens), token_depth, segment=self.segment,
+            reach=parent.reach + (parent.segment != self.segment) if parent else 1,
+            parent=parent.seq if parent else None))
         self.pieces += 1
         # Only messages appended to this session's own history are certainly new, and a
         # call's token blob is its own.

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from forge_record.errors import StoreError
-from forge_record.store import compression
+from forge_record.store import compression, content
 
 revision = "0010"
 down_revision = "0009"
@@ -57,7 +57,7 @@ def downgrade() -> None:
         for rows in segments.values():
             plains = compression.decode_pieces(r.record for r in rows)
             seqs = {r.seq for r in rows}
-            goes_on |= any(_parent(orjson.loads(p)) not in (None, *seqs) for p in plains)
+            goes_on |= any(content.parent(orjson.loads(p)) not in (None, *seqs) for p in plains)
             if compression.trained_id(rows[0].record):
                 stream = compression.Stream(table_log=compression.MANIFEST_TABLE_LOG)
                 bind.execute(_REWRITE, [{"record": stream.piece(p), "s": session_id,
@@ -68,8 +68,3 @@ def downgrade() -> None:
             f"cannot go back below revision 0010: {resumed} sessions have exchanges that go on "
             "from an earlier segment, which older forge-records cannot read one by one; export "
             "them first, or keep this version")
-
-
-def _parent(found: dict) -> int | None:
-    refs = found["request"]
-    return refs["parent"] if refs else None
