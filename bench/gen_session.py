@@ -73,7 +73,7 @@ class Words:
         return "_".join(self.rng.choices(self.words[:400], k=self.rng.randint(1, 3)))
 
 
-def _token(rng: random.Random, n: int) -> str:
+def token(rng: random.Random, n: int) -> str:
     return "".join(rng.choices(string.ascii_letters + string.digits, k=n))
 
 
@@ -208,7 +208,7 @@ class Session:
     def tool_use(self) -> tuple[dict, str]:
         """One tool call and its result text."""
         rng, repo = self.rng, self.repo
-        tid = "toolu_01" + _token(rng, 22)
+        tid = "toolu_01" + token(rng, 22)
         path = rng.choice(list(repo.files))
         kind = rng.choices(["read", "edit", "test", "grep", "git", "ls"], [5, 3, 2, 2, 1, 1])[0]
         if kind == "read":
@@ -253,8 +253,7 @@ class Session:
         """(assistant content, the user's tool_result blocks that answer it)."""
         content: list[dict] = []
         if self.rng.random() < 0.4:
-            content.append({"type": "thinking", "thinking": self.words.prose(self.rng.randint(
-                100, 900)), "signature": base64.b64encode(self.rng.randbytes(300)).decode()})
+            content.append(thinking(self.words))
         content.append({"type": "text", "text": self.words.prose(self.rng.randint(30, 300))})
         results = []
         for _ in range(tools):
@@ -270,6 +269,12 @@ class Session:
                     "</system-reminder>\n")
         return {"role": "user", "content": [{"type": "text", "text": reminder},
                                             {"type": "text", "text": task}]}
+
+
+def thinking(words: Words) -> dict:
+    """A thinking block as the API returns it: prose and an opaque signature."""
+    return {"type": "thinking", "thinking": words.prose(words.rng.randint(100, 900)),
+            "signature": base64.b64encode(words.rng.randbytes(300)).decode()}
 
 
 def _use(tid: str, name: str, args: dict) -> dict:
@@ -314,7 +319,7 @@ def _turn(s: Session, conv: Conversation, chain: str, tools: int) -> Call:
     content, results = s.assistant_turn(tools)
     usage = {"input_tokens": 3, "cache_creation_input_tokens": s.rng.randint(100, 4000),
              "cache_read_input_tokens": len(body) // 4, "output_tokens": 1}
-    reply = sse(_message(s, conv.model, content, "tool_use", usage), s.rng)
+    reply = sse(message(s.rng, conv.model, content, "tool_use", usage), s.rng)
     conv.messages.append({"role": "assistant", "content": content})
     conv.messages.append({"role": "user", "content": results})
     return Call(PATH, body, reply, chain)
@@ -328,12 +333,13 @@ def _title_call(s: Session) -> Call:
     body = conv.body(s.metadata, max_tokens=512, thinking=False)
     usage = {"input_tokens": len(body) // 4, "output_tokens": 1}
     content = [{"type": "text", "text": s.words.sentence(3, 6)}]
-    return Call(PATH, body, sse(_message(s, SMALL_MODEL, content, "end_turn", usage), s.rng),
+    return Call(PATH, body, sse(message(s.rng, SMALL_MODEL, content, "end_turn", usage), s.rng),
                 "title")
 
 
-def _message(s: Session, model: str, content: list[dict], stop: str, usage: dict) -> dict:
-    return {"id": "msg_01" + _token(s.rng, 22), "type": "message", "role": "assistant",
+def message(rng: random.Random, model: str, content: list[dict], stop: str,
+            usage: dict) -> dict:
+    return {"id": "msg_01" + token(rng, 22), "type": "message", "role": "assistant",
             "model": model, "content": content, "stop_reason": stop, "stop_sequence": None,
             "usage": usage}
 

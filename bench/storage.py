@@ -57,10 +57,15 @@ def exchanges(calls: int, seed: int, harness: int | None = None,
     """Captured exchanges (request not parsed yet, as the addon hands them over), and each
     call's chain name. Sessions with the same `harness` seed share a harness version and a
     project (gen_session)."""
+    made = gen_session.calls(calls, seed, harness_seed=harness, compact_kb=compact_kb)
+    return captured(made, seed), [call.chain for call in made]
+
+
+def captured(calls: list[gen_session.Call], seed: int) -> list[Exchange]:
+    """The calls as the addon hands them over: request not parsed yet, response decoded."""
     dialect = anthropic_messages.DIALECT
-    out, chains = [], []
-    for seq, call in enumerate(gen_session.calls(calls, seed, harness_seed=harness,
-                                                        compact_kb=compact_kb), 1):
+    out = []
+    for seq, call in enumerate(calls, 1):
         decoder = dialect.response_decoder("text/event-stream")
         decoder.feed(call.response)
         out.append(Exchange(
@@ -73,8 +78,7 @@ def exchanges(calls: int, seed: int, harness: int | None = None,
             response_headers={"request-id": f"req_011{seed:04d}{seq:06d}",
                               "content-type": "text/event-stream; charset=utf-8"},
             raw_request=call.request, raw_response=call.response))
-        chains.append(call.chain)
-    return out, chains
+    return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -247,29 +251,53 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
 TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
 
 
-def disk_figures(calls: int, team: int, tmp: Path) -> dict[str, float]:
+def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0) -> dict[str, float]:
     """The figures issue 21 asks for, with whatever forge_record this process imports: one
     session in a fresh SQLite file after a checkpoint, and `team` sessions of one harness
     version and project in one fresh Postgres database (every relation, with indexes, TOAST
-    and map forks)."""
-    out: dict[str, float] = {}
+    and map forks). With `cli`, the same two on real Claude Code sessions
+    (bench/cli_session.py): its first in a fresh SQLite file, `cli` of them in Postgres."""
+    import forge_record
+
+    out: dict[str, float] = {"forge_record": str(Path(forge_record.__file__).resolve().parent)}
     sent = exchanges(calls, 0)[0]
-    raw = sum(len(e.raw_request) + len(e.raw_response) for e in sent)
-    path = tmp / "one.db"
+    out.update(_sqlite_one("sqlite_one_session", sent, tmp / "one.db"))
+    if team:
+        out.update(_team(calls, team))
+    if cli:
+        import cli_session
+
+        recorded = [captured(made, seed) for seed, made in
+                    enumerate(cli_session.sessions(cli, calls))]
+        out.update(_sqlite_one("cli_sqlite_one_session", recorded[0], tmp / "cli.db"))
+        out.update(_postgres("cli_postgres", recorded))
+    return out
+
+
+def _raw(sent: list[Exchange]) -> int:
+    return sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+
+
+def _sqlite_one(name: str, sent: list[Exchange], path: Path) -> dict[str, float]:
     with open_store(f"sqlite:///{path}") as store:
         record(store, "one", sent)
     import sqlite3
 
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    import forge_record
+    size = os.path.getsize(path)
+    return {f"{name}_bytes": size, f"{name}_ratio": _raw(sent) / size}
 
-    out["forge_record"] = str(Path(forge_record.__file__).resolve().parent)
-    out["sqlite_one_session_bytes"] = os.path.getsize(path)
-    out["sqlite_one_session_ratio"] = raw / os.path.getsize(path)
-    if team:
-        out.update(_team(calls, team))
-    return out
+
+def _postgres(name: str, sessions: list[list[Exchange]]) -> dict[str, float]:
+    """The sessions in one fresh Postgres database: what it holds a session."""
+    with postgres_database(f"bench_storage_{os.getpid()}") as (url, _), \
+            open_store(url) as store:
+        for n, sent in enumerate(sessions):
+            record(store, f"s{n}", sent)
+        size = postgres_size(store, every=True)
+    return {f"{name}_sessions": len(sessions), f"{name}_bytes_per_session": size / len(sessions),
+            f"{name}_ratio": sum(map(_raw, sessions)) / size}
 
 
 def _team(calls: int, team: int) -> dict[str, float]:
@@ -278,7 +306,7 @@ def _team(calls: int, team: int) -> dict[str, float]:
             open_store(url) as store:
         for seed in range(team):
             sent = exchanges(calls, seed, TEAM_HARNESS)[0]
-            raw += sum(len(e.raw_request) + len(e.raw_response) for e in sent)
+            raw += _raw(sent)
             record(store, f"team-{seed}", sent)
         size = postgres_size(store, every=True)
         # One more session of the team's harness version, written as `serve` writes a rollout
@@ -293,8 +321,7 @@ def _team(calls: int, team: int) -> dict[str, float]:
     return {"postgres_team_sessions": team, "postgres_team_bytes": size,
             "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team,
             "postgres_segment_a_call_bytes": serve,
-            "postgres_segment_a_call_ratio":
-                sum(len(e.raw_request) + len(e.raw_response) for e in sent) / serve}
+            "postgres_segment_a_call_ratio": _raw(sent) / serve}
 
 
 def token_session(calls: int, seed: int = 0) -> list[Exchange]:
@@ -356,7 +383,7 @@ def token_bytes(calls: int, tmp: Path) -> None:
               f"{cost / new:.2f} per new token")
 
 
-def baseline(rev: str, calls: int, team: int) -> dict[str, float]:
+def baseline(rev: str, calls: int, team: int, cli: int) -> dict[str, float]:
     """disk_figures() run by the forge_record of revision `rev` (a git worktree in /tmp, its
     packages laid out as the installed package maps them), with this bench's session."""
     import json
@@ -376,18 +403,19 @@ def baseline(rev: str, calls: int, team: int) -> dict[str, float]:
                             ("store", "store")):
             (pkg / "forge_record" / sub).symlink_to(tree / folder)
     done = subprocess.run(
-        [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team)],
+        [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team),
+         "--cli", str(cli)],
         env={**os.environ, "PYTHONPATH": str(pkg)}, stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
 
-def compare(calls: int, team: int, rev: str | None) -> None:
+def compare(calls: int, team: int, rev: str | None, cli: int) -> None:
     import forge_record
 
     with tempfile.TemporaryDirectory() as tmp:
-        now = disk_figures(calls, team, Path(tmp))
+        now = disk_figures(calls, team, Path(tmp), cli)
     print(f"4. on disk ({Path(forge_record.__file__).parent})")
-    then = baseline(rev, calls, team) if rev else {}
+    then = baseline(rev, calls, team, cli) if rev else {}
     if then:
         print(f"  revision {rev} imported from {then['forge_record']}")
     for key, value in now.items():
@@ -408,16 +436,19 @@ def main() -> None:
                         help="sessions of one harness version in a fresh Postgres (0: none)")
     parser.add_argument("--baseline", metavar="REV", help="also measure on-disk figures at REV")
     parser.add_argument("--on-disk", action="store_true", help="only the on-disk figures")
+    parser.add_argument("--cli", type=int, default=0, metavar="N",
+                        help="on-disk figures on N recorded Claude Code sessions too "
+                             "(bench/cli_session.py)")
     parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.on_disk_json:
         import json
 
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(disk_figures(args.calls, args.team, Path(tmp))))
+            print(json.dumps(disk_figures(args.calls, args.team, Path(tmp), args.cli)))
         return
     if args.on_disk:
-        compare(args.calls, args.team, args.baseline)
+        compare(args.calls, args.team, args.baseline, args.cli)
         return
     sent, chains = exchanges(args.calls, 0)
     requests = sum(len(e.raw_request) for e in sent)
@@ -460,7 +491,7 @@ def main() -> None:
             reading(store, "bench", sent)
         disk(args.sessions, args.calls, raw, Path(tmp))
         token_bytes(args.calls, Path(tmp))
-    compare(args.calls, args.team, args.baseline)
+    compare(args.calls, args.team, args.baseline, args.cli)
 
 
 if __name__ == "__main__":

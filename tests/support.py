@@ -17,11 +17,13 @@ nothing here is a fixture, and no test module imports from another test module.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psycopg
@@ -170,16 +172,26 @@ def make_exchange(seq: int = 0, **overrides) -> Exchange:
 def realistic_exchanges(n: int = 60, seed: int = 0, harness: int | None = None) -> list[Exchange]:
     """A synthetic Claude Code session (bench/gen_session.py), decoded by the real decoder;
     sessions with the same `harness` seed share a harness version and a project."""
+    gen_session = bench_module("gen_session")
+    return exchanges_of(gen_session.calls(n, seed, harness_seed=harness), seed)
+
+
+def bench_module(name: str) -> Any:
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import gen_session
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "bench"))
+
+
+def exchanges_of(calls: list, seed: int = 0) -> list[Exchange]:
+    """Anthropic Messages calls (bench's gen_session.Call: path, raw request, raw SSE
+    response) as the writer gets them, decoded by the real decoder."""
     from forge_record.decoders import anthropic_messages
 
     dialect = anthropic_messages.DIALECT
     out = []
-    for seq, call in enumerate(gen_session.calls(n, seed, harness_seed=harness), 1):
+    for seq, call in enumerate(calls, 1):
         decoder = dialect.response_decoder("text/event-stream")
         decoder.feed(call.response)
         out.append(Exchange(

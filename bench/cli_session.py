@@ -1,0 +1,193 @@
+"""Real Claude Code sessions, recorded: the CLI from npm works through a scripted task against
+forge_record.mock, and every call's bytes are kept as the mock received and sent them.
+
+    sessions(count, calls=150) -> list[list[gen_session.Call]]   recorded once, then cached
+
+What is real is every request byte: Claude Code's own system prompt, its ~65 KB of tool
+schemas, metadata, beta headers, cache markers, and the history it resends, with the output
+of tools it really ran. What is scripted is the answers: each main-loop call gets an assistant
+turn made as bench/gen_session.py makes them (thinking with a signature now and then, prose,
+one tool call), streamed the way the API cuts streams; the tool call is a plan's next step,
+run for real in a fresh copy of this repository's source at PROJECT_REV: Read part of a
+file, Bash (grep for an identifier, git, ls, wc, sed), or Edit a line of a file read before.
+The usage each answer reports grows with the request, so Claude Code compacts a long
+conversation as it would. The last call gets a closing text.
+
+A recording depends on the CLI's version, the seed and the number of calls; it is kept in
+.cache/bench-sessions/ (the CLI's prompts are not ours to ship, so none is committed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+# gen_session: bench/ is on sys.path (run from there, or imported by a bench that is)
+import gen_session
+import orjson
+import zstandard
+from gen_session import Call, Words
+
+from forge_record.mock import MockUpstream, Received, Reply
+from forge_record.mock.anthropic import COMPACT_INSTRUCTION
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "bench-sessions"
+PROJECT_REV = "c9cba53"  # the source tree the agent works in: fixed, so recordings repeat
+TASK_MARK = "forge-record-bench-task"
+DUMMY_KEY = "sk-ant-api03-dummy-bench-key-never-real-000000"
+
+
+def claude() -> str | None:
+    local = ROOT / ".cache/npm/node_modules/.bin/claude"
+    return str(local) if local.exists() else shutil.which("claude")
+
+
+def sessions(count: int, calls: int = 150) -> list[list[Call]]:
+    """`count` sessions of one Claude Code version on one project (seeds 0..count-1)."""
+    cli = claude()
+    if cli is None:
+        sys.exit("Claude Code is not installed (scripts/test installs it with npm)")
+    version = subprocess.run([cli, "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[0]
+    out = []
+    for seed in range(count):
+        path = CACHE / f"claude-{version}-seed{seed}-calls{calls}.jsonl.zst"
+        if not path.exists():
+            CACHE.mkdir(parents=True, exist_ok=True)
+            lines = b"".join(orjson.dumps({**vars(c), "request": c.request.decode(),
+                                           "response": c.response.decode()}) + b"\n"
+                             for c in record(cli, seed, calls))
+            path.write_bytes(zstandard.ZstdCompressor(level=19).compress(lines))
+        text = zstandard.ZstdDecompressor().decompress(path.read_bytes())
+        out.append([Call(c["path"], c["request"].encode(), c["response"].encode(), c["chain"])
+                    for c in map(orjson.loads, text.splitlines())])
+    return out
+
+
+def record(cli: str, seed: int, calls: int) -> list[Call]:
+    with tempfile.TemporaryDirectory(prefix="forge-bench-cli-") as tmp:
+        # A fresh home and checkout per session, as on each member's machine of a team.
+        work, home = Path(tmp) / "project", Path(tmp) / "home"
+        home.mkdir()
+        work.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", PROJECT_REV, "recorder",
+                                  "store"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+        git = ["git", "-c", "user.email=dev@example.com", "-c", "user.name=dev"]
+        subprocess.run([*git, "init", "-q"], cwd=work, check=True)
+        subprocess.run([*git, "add", "-A"], cwd=work, check=True)
+        subprocess.run([*git, "commit", "-qm", "start"], cwd=work, check=True)
+        script = Script(seed, calls, work)
+        with MockUpstream(routes=[("POST", lambda p: p == "/v1/messages", script.reply)]) as mock:
+            env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
+                   "HOME": str(home), "TMPDIR": tmp, "ANTHROPIC_API_KEY": DUMMY_KEY,
+                   "ANTHROPIC_BASE_URL": mock.url,
+                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+                   "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
+                   "IS_SANDBOX": "1"}  # lets --dangerously-skip-permissions run as root
+            task = (f"Review the store code of this project and tidy what you find "
+                    f"({TASK_MARK} {seed}).")
+            done = subprocess.run([cli, "-p", task, "--dangerously-skip-permissions"], env=env,
+                                  cwd=work, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=1800)
+            if done.returncode != 0:
+                sys.exit(f"Claude Code exited {done.returncode}: {done.stderr[-500:]}")
+        return script.recorded
+
+
+class Script:
+    """The mock's answers: a plan of tool calls over the project, one per main-loop call."""
+
+    def __init__(self, seed: int, calls: int, work: Path) -> None:
+        # One vocabulary for every session, its own words in each.
+        self.words = Words(random.Random(1000))
+        self.rng = self.words.rng = random.Random(seed)
+        self.calls, self.work = calls, work
+        self.files = sorted(str(p) for p in work.rglob("*.py"))
+        self.read: list[str] = []
+        self.recorded: list[Call] = []
+        self.lock = threading.Lock()
+
+    def reply(self, _mock: MockUpstream, received: Received) -> Reply:
+        request = received.json()
+        with self.lock:
+            content, stop = self.answer(request)
+            usage = {"input_tokens": 3, "cache_creation_input_tokens": self.rng.randint(100, 4000),
+                     "cache_read_input_tokens": len(received.body) // 4, "output_tokens": 1}
+            message = gen_session.message(self.rng, request["model"], content, stop, usage)
+            stream = gen_session.sse(message, self.rng)
+            chain = "main" if TASK_MARK.encode() in received.body else "side"
+            self.recorded.append(Call(received.path, received.body, stream, chain))
+        events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
+        return Reply.stream(events)
+
+    def answer(self, request: dict) -> tuple[list[dict], str]:
+        last = request["messages"][-1]["content"]
+        said = last if isinstance(last, str) else " ".join(
+            b.get("text", "") for b in last if b.get("type") == "text")  # not tool output
+        if COMPACT_INSTRUCTION in said:
+            summary = f"<summary>{self.words.prose(3000)} ({TASK_MARK})</summary>"
+            return [{"type": "text", "text": summary}], "end_turn"
+        main = sum(c.chain == "main" for c in self.recorded)
+        if TASK_MARK not in orjson.dumps(request).decode() or main >= self.calls - 1:
+            return [{"type": "text", "text": self.words.prose(self.rng.randint(100, 600))}], \
+                "end_turn"
+        content = []
+        if self.rng.random() < 0.4:
+            content.append(gen_session.thinking(self.words))
+        content.append({"type": "text", "text": self.words.prose(self.rng.randint(30, 300))})
+        name, args = self.step()
+        content.append({"type": "tool_use", "id": "toolu_01" + gen_session.token(self.rng, 22),
+                        "name": name, "input": args})
+        return content, "tool_use"
+
+    def step(self) -> tuple[str, dict]:
+        rng = self.rng
+        path = rng.choice(self.files)
+        lines = Path(path).read_text().splitlines()
+        roll = rng.random()
+        if roll < 0.45:
+            self.read.append(path)
+            limit = rng.choice((40, 80, 120))
+            return "Read", {"file_path": path, "offset": rng.randint(1, max(1, len(lines) - limit)),
+                            "limit": limit}
+        if roll < 0.85 or not self.read:
+            return "Bash", {"command": self.command(path, lines), "description":
+                            self.words.sentence(3, 7).rstrip(".?:")}
+        path = rng.choice(self.read)
+        text = Path(path).read_text()
+        unique = [line for line in text.splitlines() if len(line.strip()) > 20
+                  and text.count(line) == 1]
+        old = rng.choice(unique) if unique else text.splitlines()[0]
+        return "Edit", {"file_path": path, "old_string": old, "new_string": old.rstrip() +
+                        "  # " + self.words.sentence(2, 5).lower()}
+
+    def command(self, path: str, lines: list[str]) -> str:
+        rng = self.rng
+        rel = os.path.relpath(path, self.work)
+        idents = [w for line in lines for w in line.replace("(", " ").split()
+                  if w.isidentifier() and len(w) > 5] or ["def"]
+        start = rng.randint(1, max(1, len(lines) - 30))
+        return rng.choice([
+            f"grep -rn {rng.choice(idents)} store recorder | head -40",
+            f"grep -rn 'def {rng.choice(idents)}' . | head -20",
+            f"git log --oneline -5 -- {rel}", "git status --short", "git diff --stat",
+            f"ls -la {os.path.dirname(rel) or '.'}", f"wc -l {os.path.dirname(rel) or '.'}/*.py",
+            f"sed -n '{start},{start + 30}p' {rel}",
+        ])
+
+
+if __name__ == "__main__":
+    for n, made in enumerate(sessions(int(sys.argv[1]) if sys.argv[1:] else 1)):
+        req = sum(len(c.request) for c in made)
+        resp = sum(len(c.response) for c in made)
+        print(f"seed {n}: {len(made)} calls ({sum(c.chain == 'main' for c in made)} main); "
+              f"requests {req / 1e6:.1f} MB, responses {resp / 1e6:.2f} MB; first request "
+              f"{len(made[0].request) / 1e3:.0f} KB, last {len(made[-1].request) / 1e3:.0f} KB")

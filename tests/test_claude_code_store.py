@@ -1,0 +1,75 @@
+"""A real Claude Code session's bytes through the store. The CLI from npm works through a
+scripted task (bench/cli_session.py: the mock's answers ask for Read, Bash and Edit calls,
+which Claude Code runs for real in a copy of this repository), and every call it sent is
+written and read back on SQLite and Postgres: raw bodies byte for byte, records equal, whole
+and one by one, also written as `serve` writes a rollout past its encoders' budget.
+
+The synthetic sessions of the other store tests mimic this traffic; this is the traffic."""
+
+from __future__ import annotations
+
+import subprocess
+
+import orjson
+import pytest
+from claude_code_cli import ROOT, find_claude
+from conftest import require
+from support import bench_module, exchanges_of, make_session, without_raw
+
+pytestmark = [pytest.mark.slow, pytest.mark.cli]
+
+CALLS = 24
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    claude = find_claude()
+    require(claude is not None, "Claude Code is not installed (scripts/test installs it with npm)")
+    return bench_module("cli_session").record(claude, seed=0, calls=CALLS)
+
+
+def test_the_recorded_session_is_real_tool_work(recorded):
+    """What the store tests below rely on: Claude Code really ran the tools, so the history
+    it resent holds real file contents and command output."""
+    assert len(recorded) == CALLS
+    last = orjson.loads(recorded[-1].request)
+    uses = {b["id"]: b for m in last["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b["type"] == "tool_use"}
+    results = [(uses[b["tool_use_id"]]["name"], uses[b["tool_use_id"]]["input"], str(b["content"]))
+               for m in last["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b["type"] == "tool_result"]
+    assert len(results) == CALLS - 1
+    assert {name for name, _, _ in results} >= {"Read", "Bash", "Edit"}
+    assert not [out for _, _, out in results if "<tool_use_error>" in out]
+    cli_session = bench_module("cli_session")
+    read = 0
+    for name, args, out in results:
+        if name == "Read":  # numbered lines of the file as this repository has it
+            path = args["file_path"].split("/project/", 1)[1]
+            source = subprocess.run(["git", "-C", str(ROOT), "show",
+                                     f"{cli_session.PROJECT_REV}:{path}"], capture_output=True,
+                                    text=True, check=True).stdout.splitlines()
+            number, _, text = out.splitlines()[0].partition("\t")
+            read += source[int(number) - 1].startswith(text.split("  # ")[0])
+    assert read
+
+
+@pytest.mark.parametrize("budget", [None, 1])
+def test_a_real_claude_code_session_reads_back_byte_for_byte(store, recorded, monkeypatch,
+                                                              budget):
+    from forge_record.store import batch
+
+    if budget is not None:  # `serve` past its budget: a segment a call, resumed from the tail
+        monkeypatch.setattr(batch, "ENCODER_BYTES", budget)
+    sent = exchanges_of(recorded)
+    store.add_session(make_session("cli"))
+    for ex in sent:
+        store.add_exchange("cli", ex)
+    back = list(store.iter_exchanges("cli", raw=True))
+    assert len(back) == len(sent)
+    for a, b in zip(sent, back, strict=True):
+        assert b.raw_request == a.raw_request and b.raw_response == a.raw_response, a.seq
+        assert b == a, a.seq
+    for ex in reversed(sent):
+        assert store.get_exchange("cli", ex.seq, raw=True) == ex
+    assert store.get_exchange("cli", 5) == without_raw(sent[4])
