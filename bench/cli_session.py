@@ -130,9 +130,11 @@ class Script:
 
     def answer(self, request: dict) -> tuple[list[dict], str]:
         last = request["messages"][-1]["content"]
-        said = last if isinstance(last, str) else " ".join(
-            b.get("text", "") for b in last if b.get("type") == "text")  # not tool output
-        if COMPACT_INSTRUCTION in said:
+        said = [last] if isinstance(last, str) else [
+            b.get("text", "") for b in last if b.get("type") == "text"]
+        # Its own text block: tool output and reminders may quote the instruction (this
+        # repository's mock does).
+        if any(text.lstrip().startswith(COMPACT_INSTRUCTION) for text in said):
             summary = f"<summary>{self.words.prose(3000)} ({TASK_MARK})</summary>"
             return [{"type": "text", "text": summary}], "end_turn"
         main = sum(c.chain == "main" for c in self.recorded)

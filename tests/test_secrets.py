@@ -262,3 +262,58 @@ def test_a_body_passed_after_a_change_remembers_every_needle_it_holds():
     assert not warm.may_hold_secrets(first.encode())
     assert not warm.may_hold_secrets(second.encode())
     assert warm.may_hold_secrets(third.encode())
+
+
+# --- a big body that may hold a secret: redacted in pieces, only the new ones anew --------
+
+_JOINS = ['},{"', '}, {"', "}", ",", '{"', '"', "[REDACTED:", "]", "-----BEGIN ", "\\n"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(*[st.lists(st.sampled_from(_PIECES + _JOINS) | st.text(max_size=6), max_size=8)] * 3)
+def test_a_body_redacted_in_pieces_reads_as_redacted_whole(head, old, new):
+    """Cut between the objects of a JSON list, with secrets, near misses, placeholders and
+    cuts anywhere: the pieces, redacted cold or after a body sharing some of them, join into
+    what redacting the whole gives."""
+    filler = '},{"role":"user","content":"' + _FILLER + '"'
+    before = ("{" + "".join(head) + filler + "".join(old) + "}").encode()
+    after = ("{" + "".join(head) + filler + "".join(new) + "}").encode()
+    whole = Redactor(b"k")._whole(after)
+    assert Redactor(b"k").bytes(after) == whole
+    warm = Redactor(b"k")
+    warm.bytes(before)
+    assert warm.bytes(after) == whole
+
+
+@pytest.mark.parametrize("middle", [
+    '[REDACTED:x},{"token=abcd1234',  # a placeholder's look-back reaches across the cut
+    '"://a},b:pw@host"',  # a match may span `},` where no `{"` follows: no cut there
+    '"://a},{"b:pw@host"', 'password=ab},{"cd1234', 'secret}, {"' + AWS_SECRET,
+    # a private key block may span anything: such a body is redacted whole
+    '"-----BEGIN RSA PRIVATE KEY-----\\nMIIE"},{"c":"-----END RSA PRIVATE KEY-----"',
+])
+def test_what_a_cut_could_split_is_redacted_as_whole(middle):
+    body = ('{"messages":[{"a":"' + _FILLER + '"},{"b":' + middle + '}]}').encode()
+    assert Redactor(b"k").bytes(body) == Redactor(b"k")._whole(body)
+
+
+def test_an_agents_next_request_has_only_its_new_pieces_redacted(monkeypatch):
+    """Code that reads like an assignment (`token = ...`) in the history makes every later
+    request a body that may hold a secret; of each, only what the one before lacked is
+    redacted again."""
+    redacted: list[int] = []
+    whole = Redactor._text
+    monkeypatch.setattr(Redactor, "_text",
+                        lambda self, text: redacted.append(len(text)) or whole(self, text))
+    messages = [{"role": "user", "content": "DB_PASSWORD=hunter22\n" + _FILLER}]
+    redactor = Redactor(b"k")
+    for turn in range(6):
+        body = orjson.dumps({"model": "m", "messages": messages, "stream": True})
+        redacted.clear()
+        out = redactor.bytes(body)
+        anew = sum(redacted)
+        assert b"hunter22" not in out and out == Redactor(b"k")._whole(body)
+        if turn > 1:  # the first message was the last piece of the first two bodies
+            assert anew < len(body) / 10, turn
+        messages += [{"role": "assistant", "content": f"turn {turn}"},
+                     {"role": "user", "content": f"token = self._tokens.pop(key{turn}, None)"}]

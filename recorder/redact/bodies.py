@@ -111,13 +111,25 @@ _CONTEXT_IN_BYTES = re.compile("|".join(
     for _, t in _CONTEXT_TEMPLATES).encode())
 _LOWER_INTO_ASCII = ("\u212a".encode(), "\u0130".encode())  # KELVIN SIGN, I WITH DOT ABOVE
 # An agent's request is its previous request plus a few messages. So the prefilter keeps the
-# last few big bodies it passed, with where each needle occurs in them, and searches a new
+# last few big bodies it scanned, with where each needle occurs in them, and searches a new
 # body only where it differs from the closest of them (store.delta's shared prefix and
 # suffix): a 300 KB request costs a memcmp and a few KB of searching instead of a dozen
 # passes. Every occurrence, carried over or new, is still tried against the patterns on the
 # new body, so the answer is the one a full search gives (tests/test_secrets.py).
 REMEMBER_FROM = 16 << 10  # bytes
 _REMEMBERED = 4
+# A big body the prefilter cannot pass (once a file with `token = ...` in it is in an
+# agent's history, every later request has it) is redacted in pieces, cut right after each
+# `}` that ends one JSON object of a list and is followed by the next (`,{"` or `, {"`), and
+# a piece redacted for one of the last few bodies is not redacted again: a 300 KB request
+# took 13 ms, now its new messages do. No pattern matches across such a cut: every pattern
+# stops at `{` or `"`, but the private key block's, so a body with "-----BEGIN " in it is
+# redacted whole, as is any with user patterns; and a cut is not made where a placeholder's
+# look-back (_in_placeholder, 40 characters) would reach an unclosed "[REDACTED:" before
+# it. So the pieces join into what redacting the whole gives (tests/test_secrets.py).
+_CUT = re.compile(rb'\}(?=, ?\{")')
+_BEGIN = b"-----BEGIN "
+_OPENING = b"[REDACTED:"
 # How far around the changed bytes to search anew: a needle that overlaps them, a match that
 # starts before its needle (its back offset) and the two bytes a start looks back at for a
 # word break. Occurrences wholly outside are carried over from the passed body: all of them,
@@ -126,8 +138,8 @@ _REACH = max(len(needle) + max(backs) + 2 for needle, backs, _ in _KEY_NEEDLES +
 
 
 @dataclass(frozen=True, slots=True)
-class _Passed:
-    """A body the prefilter passed: its needles' occurrences, (needle index, start), in it
+class _Scanned:
+    """A body the prefilter scanned: its needles' occurrences, (needle index, start), in it
     and in its lower-cased bytes."""
 
     data: bytes
@@ -143,8 +155,9 @@ class Redactor:
         self._pattern = re.compile("|".join(p for _, p in _PATTERNS), re.DOTALL)
         custom = "|".join(f"(?:{p})" for p in extra_patterns)
         self._custom = re.compile(custom) if extra_patterns else None
-        self.count = 0
-        self._passed: deque[_Passed] = deque(maxlen=_REMEMBERED)
+        self._scanned: deque[_Scanned] = deque(maxlen=_REMEMBERED)
+        # The last few bodies redacted in pieces, each as {piece: its redacted bytes}.
+        self._redacted: deque[dict[bytes, bytes]] = deque(maxlen=_REMEMBERED)
 
     def placeholder(self, kind: str, secret: str) -> str:
         digest = hmac.new(self._key, secret.encode(), hashlib.sha256).hexdigest()[:8]
@@ -157,7 +170,7 @@ class Redactor:
     def _text(self, text: str) -> str:
         text = self._pattern.sub(self._replace, text)
         if self._custom is not None:
-            text = self._custom.sub(lambda m: self._counted("custom", m.group()), text)
+            text = self._custom.sub(lambda m: self.placeholder("custom", m.group()), text)
         for kind, rule in _CONTEXTS:
             text = self._redact_values(text, kind, rule)
         return text
@@ -175,11 +188,10 @@ class Redactor:
         if scanned is None:  # a character that lower-cases into ASCII: the slow path
             return True
         lowered, keys, names = scanned
-        if (_any_match(_KEYS_IN_BYTES, data, _KEY_NEEDLES, keys, word=True)
-                or _any_match(_CONTEXT_IN_BYTES, lowered, _NAME_NEEDLES, names, word=False)):
-            return True
-        self._passed.append(_Passed(data, lowered, frozenset(keys), frozenset(names)))
-        return False
+        # Remembered whatever the answer: the next body is searched only where it differs.
+        self._scanned.append(_Scanned(data, lowered, frozenset(keys), frozenset(names)))
+        return (_any_match(_KEYS_IN_BYTES, data, _KEY_NEEDLES, keys, word=True)
+                or _any_match(_CONTEXT_IN_BYTES, lowered, _NAME_NEEDLES, names, word=False))
 
     def _scan(self, data: bytes) -> tuple[bytes, set, set] | None:
         """A big body's lower-cased bytes and its needles' occurrences: searched whole, or
@@ -204,12 +216,12 @@ class Redactor:
                  | _occurrences(lowered, _NAME_NEEDLES, lo, hi, gated=False))
         return lowered, keys, names
 
-    def _closest(self, data: bytes) -> tuple[_Passed, int, int] | None:
+    def _closest(self, data: bytes) -> tuple[_Scanned, int, int] | None:
         """A remembered body sharing at least half of `data` as leading and trailing bytes
         (the newest such), and how many; None if there is none. Any such body gives the
         same answer; the more it shares, the less is searched."""
         best, shared = None, 0
-        for passed in reversed(list(self._passed)):  # a copy: another thread may append
+        for passed in reversed(list(self._scanned)):  # a copy: another thread may append
             p, s = common_ends(data, passed.data)
             if p + s > shared:
                 best, shared = (passed, p, s), p + s
@@ -222,12 +234,38 @@ class Redactor:
         are (the redaction would corrupt a binary body)."""
         if not self.may_hold_secrets(data):
             return data
+        if len(data) >= REMEMBER_FROM and self._custom is None and _BEGIN not in data:
+            return self._in_pieces(data)
+        return self._whole(data)
+
+    def _whole(self, data: bytes) -> bytes:
         try:
             decoded = data.decode()
         except UnicodeDecodeError:
             return data
         redacted = self._text(decoded)
         return data if redacted == decoded else redacted.encode()
+
+    def _in_pieces(self, data: bytes) -> bytes:
+        """`_whole(data)`, redacting only pieces none of the last few bodies had. Pieces
+        are cut between ASCII bytes, so the body decodes if and only if each piece does."""
+        known = list(self._redacted)[::-1]  # newest first; a copy: another thread may append
+        made: dict[bytes, bytes] = {}
+        pieces = _pieces(data)
+        for piece in pieces:
+            if piece in made:
+                continue
+            done = next((body[piece] for body in known if piece in body), None)
+            if done is None:
+                try:
+                    text = piece.decode()
+                except UnicodeDecodeError:
+                    return data
+                redacted = self._text(text)
+                done = piece if redacted == text else redacted.encode()
+            made[piece] = done
+        self._redacted.append(made)
+        return b"".join(made[piece] for piece in pieces)
 
     def value(self, value: Any) -> Any:
         """A JSON-like value (dicts, lists, strings) with every string redacted; the value
@@ -259,7 +297,7 @@ class Redactor:
     def _replace(self, match: re.Match[str]) -> str:
         if not _starts_a_word(match.string, match.start()):
             return match.group()  # the tail of a longer word, e.g. "task-ant-..."
-        return self._counted(_kind_of(match.group()), match.group())
+        return self.placeholder(_kind_of(match.group()), match.group())
 
     def _redact_values(self, text: str, kind: str, rule: re.Pattern[str]) -> str:
         """`text` with the `value` of each match of a context rule replaced."""
@@ -271,13 +309,9 @@ class Redactor:
             if (not _is_secret(kind, value) or value.startswith("[REDACTED:")
                     or _in_placeholder(text, match.start())):
                 continue
-            pieces += [text[last:start], self._counted(kind, value)]
+            pieces += [text[last:start], self.placeholder(kind, value)]
             last = end
         return "".join(pieces) + text[last:] if pieces else text
-
-    def _counted(self, kind: str, secret: str) -> str:
-        self.count += 1
-        return self.placeholder(kind, secret)
 
 
 _KINDS = [(kind, re.compile(pattern, re.DOTALL)) for kind, pattern in _PATTERNS]
@@ -300,6 +334,20 @@ def strings(value: Any) -> str:
         elif hasattr(item, "__slots__"):
             stack.extend(getattr(item, name) for name in item.__slots__)
     return "\0".join(found)
+
+
+def _pieces(data: bytes) -> list[bytes]:
+    """`data` cut right after each `}` followed by `,{"` or `, {"` (see _CUT), but where
+    an unclosed "[REDACTED:" is within 40 characters (160 bytes) before the cut."""
+    out, last = [], 0
+    for match in _CUT.finditer(data):
+        at = match.end()
+        opening = data.rfind(_OPENING, max(0, at - 160), at)
+        if opening < 0 or data.find(b"]", opening, at) >= 0:
+            out.append(data[last:at])
+            last = at
+    out.append(data[last:])
+    return out
 
 
 def _lowered(text: str) -> str:
