@@ -10,8 +10,9 @@ turn made as bench/gen_session.py makes them (thinking with a signature now and 
 one tool call), streamed the way the API cuts streams; the tool call is a plan's next step,
 run for real in a fresh copy of this repository's source at PROJECT_REV: Read part of a
 file, Bash (grep for an identifier, git, ls, wc, sed), or Edit a line of a file read before.
-The usage each answer reports grows with the request, so Claude Code compacts a long
-conversation as it would. The last call gets a closing text.
+The last call gets a closing text. The usage each answer reports grows with the request (a
+quarter of its bytes as cache reads); Claude Code 2.1.197 compacted none of these sessions
+(it did not at ten times that either), but a compaction request would get a summary.
 
 A recording depends on the CLI's version, the seed and the number of calls; it is kept in
 .cache/bench-sessions/ (the CLI's prompts are not ours to ship, so none is committed).
