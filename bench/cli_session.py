@@ -15,7 +15,8 @@ quarter of its bytes as cache reads); Claude Code 2.1.197 compacted none of thes
 (it did not at ten times that either), but a compaction request would get a summary.
 
 A recording depends on the CLI's version, the seed and the number of calls; it is kept in
-.cache/bench-sessions/ (the CLI's prompts are not ours to ship, so none is committed).
+.cache/bench-sessions/ (or $FORGE_BENCH_SESSIONS; the CLI's prompts are not ours to ship,
+so none is committed).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from forge_record.mock import MockUpstream, Received, Reply
 from forge_record.mock.anthropic import COMPACT_INSTRUCTION
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / ".cache" / "bench-sessions"
+CACHE = Path(os.environ.get("FORGE_BENCH_SESSIONS") or ROOT / ".cache" / "bench-sessions")
 PROJECT_REV = "c9cba53"  # the source tree the agent works in: fixed, so recordings repeat
 TASK_MARK = "forge-record-bench-task"
 DUMMY_KEY = "sk-ant-api03-dummy-bench-key-never-real-000000"

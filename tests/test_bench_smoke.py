@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,31 @@ def test_bridge_writer_cpu_bench_counts_every_record(tmp_path):
     assert result["chat"]["exchanges"] == 2 and result["messages"]["exchanges"] == 4
     assert all(_finite(r["cpu_ms_per_1k_tokens"]) and r["cpu_ms_per_1k_tokens"] > 0
                for r in result.values())
+
+
+@pytest.mark.slow
+@pytest.mark.cli
+@pytest.mark.postgres
+def test_storage_and_writer_benches_measure_recorded_claude_code_sessions(tmp_path, pg_admin):
+    from claude_code_cli import find_claude
+    from conftest import require
+
+    require(find_claude() is not None, "Claude Code is not installed (scripts/test installs it)")
+    env = {**os.environ, "FORGE_BENCH_SESSIONS": str(tmp_path / "sessions")}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "storage.py"), "--on-disk", "--team", "0",
+         "--cli", "2", "--calls", "12"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ratios = {line.split()[0]: float(line.split()[1].rstrip("x")) for line in
+              done.stdout.splitlines() if line.strip().startswith("cli_") and "ratio" in line}
+    assert set(ratios) == {"cli_sqlite_one_session_ratio", "cli_postgres_ratio"}
+    assert all(r > 1 for r in ratios.values()), ratios
+    assert len(list((tmp_path / "sessions").glob("claude-*-calls12.jsonl.zst"))) == 2
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "writer_session.py"), "--cli", "--calls", "12",
+         "--rounds", "1", "--json", str(tmp_path / "writer.json")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    this = json.loads((tmp_path / "writer.json").read_text())["summary"]["this"]
+    assert _finite(this["finalize_ms"]) and this["kb"] > 50  # a real request is ~77 KB
