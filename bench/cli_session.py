@@ -10,6 +10,8 @@ turn made as bench/gen_session.py makes them (thinking with a signature now and 
 one tool call), streamed the way the API cuts streams; the tool call is a plan's next step,
 run for real in a fresh copy of this repository's source at PROJECT_REV: Read part of a
 file, Bash (grep for an identifier, git, ls, wc, sed), or Edit a line of a file read before.
+Halfway, the main loop hands a task to a sub-agent (Claude Code's Agent tool), which makes
+AGENT_CALLS calls of its own with its own system prompt and tools before it reports back.
 The last call gets a closing text. The usage each answer reports grows with the request (a
 quarter of its bytes as cache reads); Claude Code 2.1.197 compacted none of these sessions
 (it did not at ten times that either), but a compaction request would get a summary.
@@ -43,6 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("FORGE_BENCH_SESSIONS") or ROOT / ".cache" / "bench-sessions")
 PROJECT_REV = "c9cba53"  # the source tree the agent works in: fixed, so recordings repeat
 TASK_MARK = "forge-record-bench-task"
+AGENT_MARK = "forge-record-bench-subtask"
+AGENT_CALLS = 8
+FORMAT = 2  # of a recording: a new script makes recordings of its own
 DUMMY_KEY = "sk-ant-api03-dummy-bench-key-never-real-000000"
 
 
@@ -60,7 +65,7 @@ def sessions(count: int, calls: int = 150) -> list[list[Call]]:
                              check=True).stdout.split()[0]
     out = []
     for seed in range(count):
-        path = CACHE / f"claude-{version}-seed{seed}-calls{calls}.jsonl.zst"
+        path = CACHE / f"claude-{version}-v{FORMAT}-seed{seed}-calls{calls}.jsonl.zst"
         if not path.exists():
             CACHE.mkdir(parents=True, exist_ok=True)
             lines = b"".join(orjson.dumps({**vars(c), "request": c.request.decode(),
@@ -125,8 +130,8 @@ class Script:
                      "cache_read_input_tokens": len(received.body) // 4, "output_tokens": 1}
             message = gen_session.message(self.rng, request["model"], content, stop, usage)
             stream = gen_session.sse(message, self.rng)
-            chain = "main" if TASK_MARK.encode() in received.body else "side"
-            self.recorded.append(Call(received.path, received.body, stream, chain))
+            self.recorded.append(Call(received.path, received.body, stream,
+                                      _chain(received.body)))
         events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
         return Reply.stream(events)
 
@@ -139,20 +144,28 @@ class Script:
         if any(text.lstrip().startswith(COMPACT_INSTRUCTION) for text in said):
             summary = f"<summary>{self.words.prose(3000)} ({TASK_MARK})</summary>"
             return [{"type": "text", "text": summary}], "end_turn"
-        main = sum(c.chain == "main" for c in self.recorded)
-        if TASK_MARK not in orjson.dumps(request).decode() or main >= self.calls - 1:
+        chain = _chain(orjson.dumps(request))
+        made = sum(c.chain == chain for c in self.recorded)
+        if chain == "side" or made >= (AGENT_CALLS if chain == "agent" else self.calls) - 1:
             return [{"type": "text", "text": self.words.prose(self.rng.randint(100, 600))}], \
                 "end_turn"
         content = []
         if self.rng.random() < 0.4:
             content.append(gen_session.thinking(self.words))
         content.append({"type": "text", "text": self.words.prose(self.rng.randint(30, 300))})
-        name, args = self.step()
+        name, args = self.delegate() if chain == "main" and made == self.calls // 2 else \
+            self.step()
         content.append({"type": "tool_use", "id": "toolu_01" + gen_session.token(self.rng, 22),
                         "name": name, "input": args})
         return content, "tool_use"
 
+    def delegate(self) -> tuple[str, dict]:
+        return "Agent", {"description": self.words.sentence(2, 4).rstrip(".?:"),
+                         "prompt": f"{self.words.prose(200)} ({AGENT_MARK})",
+                         "subagent_type": "general-purpose"}
+
     def step(self) -> tuple[str, dict]:
+        """The plan's next tool call."""
         rng = self.rng
         path = rng.choice(self.files)
         lines = Path(path).read_text().splitlines()
@@ -186,6 +199,13 @@ class Script:
             f"ls -la {os.path.dirname(rel) or '.'}", f"wc -l {os.path.dirname(rel) or '.'}/*.py",
             f"sed -n '{start},{start + 30}p' {rel}",
         ])
+
+
+def _chain(body: bytes) -> str:
+    """Which conversation a request continues: the main loop's (its first message names
+    the task), the sub-agent's, or a side call's (none was seen)."""
+    return ("main" if TASK_MARK.encode() in body else
+            "agent" if AGENT_MARK.encode() in body else "side")
 
 
 if __name__ == "__main__":

@@ -8,17 +8,17 @@ bench/gen_session.py's session (15 KB system prompt, 20 KB of tools, a subagent 
 calls; request bodies grow from ~50 KB to ~540 KB, ~280 KB on average at 150 calls; with
 `--calls 1000 --compact-kb 360` the conversation is compacted past 360 KB, ~200 KB on
 average), or with `--cli` a real Claude Code session recorded by bench/cli_session.py (150
-calls: 77 KB to ~480 KB, ~270 KB on average), as the addon hands it over (request not
-parsed yet). A child process per measurement does to it what `forge-record run`'s writer
-process does (finalize.finalize with a body redactor, then Store.write in transactions of
---batch exchanges, into a fresh SQLite file) and reports the process CPU time per call
-(time.process_time, which other processes on a busy machine do not add to), split into
-finalize and store. `--postgres`
-writes into a new database of the local Postgres instead, and adds to the store's figure the
-CPU its server processes spent meanwhile (their /proc times: the writer's work there is
-planning and executing its statements, a cost SQLite pays in-process). `--base DIR`
-runs the same child with DIR first on sys.path (a `forge_record` package laid out as
-installed: see bench/forge_proc.py), rounds interleaved, so both see the same machine.
+main-loop calls and a sub-agent's 8: 77 KB to ~480 KB, ~265 KB on average), as the addon
+hands it over (request not parsed yet). A child process per measurement does to it what
+`forge-record run`'s writer process does (finalize.finalize with a body redactor, then
+Store.write in transactions of --batch exchanges, into a fresh SQLite file) and reports the
+process CPU time per call (time.process_time, which other processes on a busy machine do not
+add to), split into finalize and store. `--postgres` writes into a new database of the
+local Postgres instead, and adds to the store's figure the CPU its server processes spent
+meanwhile (their /proc times: the writer's work there is planning and executing its
+statements, a cost SQLite pays in-process). `--base DIR` runs the same child with DIR first
+on sys.path (a `forge_record` package laid out as installed: see bench/forge_proc.py),
+rounds interleaved, so both see the same machine.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def child(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: b
             c2 = time.process_time()
             parse, write = parse + c1 - c0, write + c2 - c1
         server = server_cpu() - served
-    print(json.dumps({"finalize_ms": parse / calls * 1e3,
-                      "store_ms": (write + server) / calls * 1e3,
-                      "server_ms": server / calls * 1e3,
-                      "kb": sum(len(e.raw_request) for e in sent) / calls / 1e3}))
+    print(json.dumps({"finalize_ms": parse / len(sent) * 1e3,
+                      "store_ms": (write + server) / len(sent) * 1e3,
+                      "server_ms": server / len(sent) * 1e3,
+                      "kb": sum(len(e.raw_request) for e in sent) / len(sent) / 1e3}))
 
 
 def measure(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: bool,
