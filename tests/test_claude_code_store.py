@@ -1,8 +1,9 @@
 """A real Claude Code session's bytes through the store. The CLI from npm works through a
 scripted task (bench/cli_session.py: the mock's answers ask for Read, Bash and Edit calls,
-which Claude Code runs for real in a copy of this repository), and every call it sent is
-written and read back on SQLite and Postgres: raw bodies byte for byte, records equal, whole
-and one by one, also written as `serve` writes a rollout past its encoders' budget.
+which Claude Code runs for real in a copy of this repository, and hand a task to a
+sub-agent), and every call it sent is written and read back on SQLite and Postgres: raw
+bodies byte for byte, records equal, whole and one by one, also written as `serve` writes a
+rollout past its encoders' budget.
 
 The synthetic sessions of the other store tests mimic this traffic; this is the traffic."""
 
@@ -31,7 +32,9 @@ def recorded():
 def test_the_recorded_session_is_real_tool_work(recorded):
     """What the store tests below rely on: Claude Code really ran the tools, so the history
     it resent holds real file contents and command output."""
-    assert len(recorded) == CALLS
+    cli_session = bench_module("cli_session")
+    chains = [call.chain for call in recorded]
+    assert chains.count("main") == CALLS and chains.count("agent") == cli_session.AGENT_CALLS
     last = orjson.loads(recorded[-1].request)
     uses = {b["id"]: b for m in last["messages"] if isinstance(m["content"], list)
             for b in m["content"] if b["type"] == "tool_use"}
@@ -39,9 +42,8 @@ def test_the_recorded_session_is_real_tool_work(recorded):
                for m in last["messages"] if isinstance(m["content"], list)
                for b in m["content"] if b["type"] == "tool_result"]
     assert len(results) == CALLS - 1
-    assert {name for name, _, _ in results} >= {"Read", "Bash", "Edit"}
+    assert {name for name, _, _ in results} >= {"Read", "Bash", "Edit", "Agent"}
     assert not [out for _, _, out in results if "<tool_use_error>" in out]
-    cli_session = bench_module("cli_session")
     read = 0
     for name, args, out in results:
         if name == "Read":  # numbered lines of the file as this repository has it
