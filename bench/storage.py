@@ -2,6 +2,7 @@
 costs per exchange, and how fast any exchange reads back.
 
     .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
+                                      [--team 20] [--cli N] [--baseline REV] [--on-disk]
 
 The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
 ~20 KB of tools, file contents and command output in tool results, a moving cache_control
@@ -17,7 +18,11 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    bytes by part; the ratio vs raw for records alone and with raw bodies reproducible; the
    SQLite file per session once `--sessions` sessions (different seeds) share the store;
 3. reading: every exchange checked equal to what was written (raw bodies byte for byte), a
-   whole-session read, and random access to single exchanges.
+   whole-session read, and random access to single exchanges;
+4. on disk (issue 21's figures; `--on-disk` alone): one session in a fresh SQLite file,
+   `--team` sessions of one harness version in a fresh Postgres, one more written a segment
+   a call; with `--cli N` the first two on N recorded real Claude Code sessions too
+   (bench/cli_session.py); with `--baseline REV` at REV as well, in the same run.
 Speed figures are what this machine measured; nothing here asserts them.
 """
 
