@@ -75,3 +75,17 @@ def test_a_real_claude_code_session_reads_back_byte_for_byte(store, recorded, mo
     for ex in reversed(sent):
         assert store.get_exchange("cli", ex.seq, raw=True) == ex
     assert store.get_exchange("cli", 5) == without_raw(sent[4])
+
+
+def test_a_real_claude_code_session_is_one_main_thread_and_its_subagent(recorded):
+    """Claude Code sends each Edit call back with `"replace_all": false` added, which the
+    model did not write: still one conversation (signals.turn_identity), not a fork at
+    every Edit."""
+    from forge_record.lineage import analyze
+
+    edits = [b for call in recorded for b in orjson.loads(call.request)["messages"][-2]["content"]
+             if isinstance(b, dict) and b.get("name") == "Edit"]
+    assert edits and all(b["input"].get("replace_all") is False for b in edits)
+    lineage = analyze(exchanges_of(recorded), "claude-code")
+    threads = {t.id: (t.role, len(t.calls)) for t in lineage.threads}
+    assert threads == {"main": ("main", CALLS), "subagent-1": ("subagent", 8)}

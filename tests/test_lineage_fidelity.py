@@ -68,6 +68,20 @@ def test_reserialized_arguments_and_ids_are_the_same_turn():
     assert message_hash(sent) == message_hash(resent)
 
 
+def test_a_default_the_harness_fills_in_is_the_same_turn():
+    """Claude Code 2.1.197 sends an Edit call back with `"replace_all": false` first, which
+    the model did not write (seen with the real CLI: tests/test_claude_code_store.py)."""
+    edit = {"file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    sent = Message(role="assistant", content=[ToolCall(id="t", name="Edit", arguments=edit)])
+    resent = Message(role="assistant", content=[
+        ToolCall(id="t", name="Edit", arguments={"replace_all": False, **edit})])
+    assert message_hash(sent) == message_hash(resent)
+    for value in (True, 0, "", "false"):  # a value the model could have chosen still counts
+        other = Message(role="assistant", content=[
+            ToolCall(id="t", name="Edit", arguments={"replace_all": value, **edit})])
+        assert message_hash(sent) != message_hash(other), value
+
+
 def test_blanked_thoughts_and_signature_parts_are_the_same_turn():
     sent = Message(role="assistant", content=[
         Reasoning(text="The user wants me to act.", signature="c2ln"), Text(text="Done.")])

@@ -176,7 +176,10 @@ def turn_identity(blocks: list[Block]) -> list[Any]:
       text and moves or makes up `thoughtSignature`s, Codex resends encrypted items), and a
       signature-only part is not a turn of its own;
     - a tool call is its name and parsed arguments (`{"command":"x"}` and `{"command": "x"}`
-      are one call: Python clients re-serialize them), without its id; a tool result is its
+      are one call: Python clients re-serialize them), without its id and without arguments
+      that are false or null: a harness fills in an optional parameter the model left out
+      when it resends the call (Claude Code 2.1.197 puts `"replace_all": false` into every
+      Edit call it sends back), and that is the call the model made; a tool result is its
       content, name and error flag, without the id it answers. The Gemini API sends no ids
       and Gemini CLI makes up its own when it sends the history back; where an API does send
       them the order of the blocks still pairs calls with results.
@@ -190,13 +193,20 @@ def turn_identity(blocks: list[Block]) -> list[Any]:
                 else:
                     out.append(b.text)
         elif isinstance(b, ToolCall):
-            args = b.arguments_raw if b.parse_error else b.arguments
+            args = b.arguments_raw if b.parse_error else _given(b.arguments)
             out.append(("tool_call", b.name, args, b.server))
         elif isinstance(b, ToolResult):
             out.append(("tool_result", b.name, b.is_error, turn_identity(b.content)))
         elif not (isinstance(b, Reasoning) or _empty_text(b)):
             out.append(b)
     return [x.strip() if type(x) is str else x for x in out]
+
+
+def _given(arguments: Any) -> Any:
+    """Tool-call arguments without those a harness may fill in as defaults (see above)."""
+    if not isinstance(arguments, dict):
+        return arguments
+    return {k: v for k, v in arguments.items() if v is not None and v is not False}
 
 
 def side_kind_of(ex: Exchange, codex_label: str = "",
