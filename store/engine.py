@@ -46,12 +46,14 @@ PING_IDLE = 2.0  # seconds
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                "keepalives_count": 3}
 # A new file's page size (an existing file keeps its own: SQLite sets it when the first page
-# is written). A store's rows are mostly compressed pieces of about a kilobyte (a call's new
-# blobs, its manifest, its raw-body frames), and a 4 KB page leaves the part of such a row
-# that does not fit unused; every table and index also takes at least a page. A 150-call
-# session's file is 323.6 KB at 4 KB pages, 297.0 at 2 KB and 282.6 at 1 KB
-# (docs/BENCHMARKS.md, "On disk", round 4).
-SQLITE_PAGE_SIZE = 1024
+# is written), SQLite's smallest. A store's rows are compressed pieces of a few hundred bytes
+# to a kilobyte (a call's new blobs; an exchange row with its manifest and raw-body frames),
+# and a page leaves unused what of the next row does not fit: a real Claude Code call's
+# exchange row (~600 bytes, its headers in the manifest) took a 1 KB page to itself. Every
+# table and index also takes at least a page. A real session recorded by `run` takes 379.9
+# KB at 1 KB pages and 334.8 at 512 bytes; the generated 150-call session 323.6 KB at 4 KB,
+# 282.6 at 1 KB, 268.3 at 512 bytes (docs/BENCHMARKS.md, "512-byte SQLite pages").
+SQLITE_PAGE_SIZE = 512
 _SQLITE_PRAGMAS = (
     f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",  # first, so the WAL switch below can wait
     f"PRAGMA page_size = {SQLITE_PAGE_SIZE}",  # before the WAL switch, which writes page 1

@@ -483,8 +483,9 @@ def test_sqlite_is_in_wal_mode(sqlite_store, db_path):
 
 
 def test_a_new_sqlite_store_has_small_pages_and_an_old_one_keeps_its_own(tmp_path):
-    """A new file takes SQLITE_PAGE_SIZE (issue 21 item 1: a row is about a kilobyte); a store
-    made with 4 KB pages keeps them, as SQLite cannot change a WAL file's page size."""
+    """A new file takes SQLITE_PAGE_SIZE (issue 21 item 1: rows of a few hundred bytes to a
+    kilobyte); a store made with 4 KB pages keeps them, as SQLite cannot change a WAL file's
+    page size."""
     new, old = tmp_path / "new.db", tmp_path / "old.db"
     with sqlite3.connect(old) as conn:
         conn.execute("PRAGMA page_size = 4096")
