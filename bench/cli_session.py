@@ -48,7 +48,7 @@ TASK_MARK = "forge-record-bench-task"
 AGENT_MARK = "forge-record-bench-subtask"
 AGENT_CALLS = 8
 FORMAT = 2  # of a recording: a new script makes recordings of its own
-DUMMY_KEY = "sk-ant-api03-dummy-bench-key-never-real-000000"
+DUMMY_KEY = "forge-record-bench-dummy-key"  # the mock takes any
 
 
 def claude() -> str | None:
@@ -124,18 +124,18 @@ class Script:
 
     def reply(self, _mock: MockUpstream, received: Received) -> Reply:
         request = received.json()
+        chain = _chain(orjson.dumps(request))  # the body as sent may be content-encoded
         with self.lock:
-            content, stop = self.answer(request)
+            content, stop = self.answer(request, chain)
             usage = {"input_tokens": 3, "cache_creation_input_tokens": self.rng.randint(100, 4000),
                      "cache_read_input_tokens": len(received.body) // 4, "output_tokens": 1}
             message = gen_session.message(self.rng, request["model"], content, stop, usage)
             stream = gen_session.sse(message, self.rng)
-            self.recorded.append(Call(received.path, received.body, stream,
-                                      _chain(received.body)))
+            self.recorded.append(Call(received.path, received.body, stream, chain))
         events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
         return Reply.stream(events)
 
-    def answer(self, request: dict) -> tuple[list[dict], str]:
+    def answer(self, request: dict, chain: str) -> tuple[list[dict], str]:
         last = request["messages"][-1]["content"]
         said = [last] if isinstance(last, str) else [
             b.get("text", "") for b in last if b.get("type") == "text"]
@@ -144,7 +144,6 @@ class Script:
         if any(text.lstrip().startswith(COMPACT_INSTRUCTION) for text in said):
             summary = f"<summary>{self.words.prose(3000)} ({TASK_MARK})</summary>"
             return [{"type": "text", "text": summary}], "end_turn"
-        chain = _chain(orjson.dumps(request))
         made = sum(c.chain == chain for c in self.recorded)
         if chain == "side" or made >= (AGENT_CALLS if chain == "agent" else self.calls) - 1:
             return [{"type": "text", "text": self.words.prose(self.rng.randint(100, 600))}], \
