@@ -23,6 +23,7 @@ import httpx2
 import orjson
 import psycopg
 import pytest
+import serve_gateway
 from engine_server import vllm_url  # noqa: F401 - registered here once: one vLLM a run
 from hypothesis import strategies as st
 from support import ADMIN_URL, BACKENDS, create_database, empty_postgres, libpq
@@ -53,6 +54,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("engine") or "vllm_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("engine"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """A failed test shows what every `serve` it started wrote to stderr: a replica's
+    warnings (a store that did not answer, a call it could not number) are often the cause."""
+    report = yield
+    if report.failed:
+        for n, served in enumerate(serve_gateway.started):
+            report.sections.append((f"serve {n} ({served.url}) stderr", "".join(served.log)))
+    if call.when == "teardown":
+        serve_gateway.started.clear()
+    return report
 
 
 @pytest.fixture(autouse=True)

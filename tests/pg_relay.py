@@ -104,3 +104,11 @@ def wait_for(condition, what: str, timeout: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def wait_for_value(get, expected, what: str, timeout: float = 30) -> None:
+    """wait_for(get() == expected), and on timeout say what get() last was."""
+    deadline = time.monotonic() + timeout
+    while (seen := get()) != expected:
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {seen!r}"
+        time.sleep(0.05)

@@ -17,6 +17,8 @@ ADMIN = "admin-token-for-tests-only-0000"
 UPSTREAM_KEY = "sk-upstream-dummy-key-never-real-1111"
 _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
+started: list[Served] = []  # this test's, whose logs a failure shows (conftest)
+
 
 class Served:
     def __init__(self, tmp: Path, store: str, upstreams: list[str], *,
@@ -36,6 +38,8 @@ class Served:
         self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.log: list[str] = []
+        self.url = ""
+        started.append(self)
         self.port = self._wait_listening()
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = GatewayClient(self.url, ADMIN)

@@ -20,7 +20,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 from codex_cli import codex_env  # noqa: F401 - a fixture
-from pg_relay import Relay, relayed, wait_for  # noqa: F401 - fixtures
+from pg_relay import Relay, relayed, wait_for, wait_for_value  # noqa: F401 - fixtures
 from serve_gateway import ADMIN, Served
 from support import make_exchange, make_session
 
@@ -242,7 +242,7 @@ def test_a_call_in_flight_on_a_killed_replica_is_marked_missing(tmp_path, new_da
                 events = iter(stream)
                 assert next(events).type == "message_start"  # the call is in flight on B
                 # its number was handed out as it started (by its writer process, so wait)
-                wait_for(lambda: gaps(url, s["id"]) == ([4], 4), "the in-flight call's number")
+                wait_for_value(lambda: gaps(url, s["id"]), ([4], 4), "the in-flight call's number")
                 replicas[1].proc.kill()
                 replicas[1].proc.wait()
                 with pytest.raises(Exception):  # noqa: B017 - cut off, as the library says it
@@ -254,7 +254,7 @@ def test_a_call_in_flight_on_a_killed_replica_is_marked_missing(tmp_path, new_da
                 turn(client_at(replicas[0 if n % 2 else 2], s), history)
             # every other call stored (the writers are niced: under load they may lag the
             # finish's bounded wait), so the finish counts exactly the one cut off
-            wait_for(lambda: gaps(url, s["id"]) == ([4], 7), "the other calls")
+            wait_for_value(lambda: gaps(url, s["id"]), ([4], 7), "the other calls")
             assert replicas[2].client.finish(s["id"], "done", 0)["missing_calls"] == 1
             view = control.session(s["id"])
             assert [c["seq"] for c in view["calls"]] == [1, 2, 3, 5, 6, 7]
@@ -291,7 +291,7 @@ def test_a_websocket_turn_in_flight_on_a_killed_replica_is_marked_missing(tmp_pa
                                      input=[{"role": "user", "content": "turn 2"}])
                 created = orjson.loads(conn.recv_bytes())
                 assert created["type"] == "response.created"  # the turn is in flight on B
-                wait_for(lambda: gaps(url, s["id"]) == ([3], 3), "the in-flight turn's number")
+                wait_for_value(lambda: gaps(url, s["id"]), ([3], 3), "the in-flight turn's number")
                 replicas[1].proc.kill()
                 replicas[1].proc.wait()
                 with pytest.raises(Exception):  # noqa: B017 - cut off, as the library says it
@@ -301,7 +301,7 @@ def test_a_websocket_turn_in_flight_on_a_killed_replica_is_marked_missing(tmp_pa
             del mock.options["hold"]
             for n, replica in ((2, replicas[2]), (3, replicas[0])):  # retried elsewhere
                 previous = responses_turn(replica, s, f"turn {n}", previous)
-            wait_for(lambda: gaps(url, s["id"]) == ([3], 5), "the other turns")
+            wait_for_value(lambda: gaps(url, s["id"]), ([3], 5), "the other turns")
             assert replicas[2].client.finish(s["id"], "done", 0)["missing_calls"] == 1
             view = control.session(s["id"])
             assert [c["seq"] for c in view["calls"]] == [1, 2, 4, 5]
