@@ -63,7 +63,7 @@ RAW_RESPONSE = b"event: message_start\ndata: {}\n\n" * 100
 ADMIN_URL = os.environ.get(
     "FORGE_RECORD_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-STORE_TABLES = ("sessions", "exchanges", "blobs", "packs")
+STORE_TABLES = ("sessions", "exchanges", "blobs", "packs", "dictionaries")
 
 def libpq(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
