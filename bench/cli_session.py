@@ -1,20 +1,25 @@
-"""Real Claude Code sessions, recorded: the CLI from npm works through a scripted task against
-forge_record.mock, and every call's bytes are kept as the mock received and sent them.
+"""Real Claude Code sessions, recorded: the CLI from npm works through a scripted task under
+`forge-record run`, whose proxy sends api.anthropic.com to forge_record.mock, and every call's
+bytes are kept as the mock received and sent them.
 
     sessions(count, calls=150) -> list[list[gen_session.Call]]   recorded once, then cached
 
-What is real is every request byte: Claude Code's own system prompt, its ~65 KB of tool
-schemas, metadata, beta headers, cache markers, and the history it resends, with the output
-of tools it really ran. What is scripted is the answers: each main-loop call gets an assistant
-turn made as bench/gen_session.py makes them (thinking with a signature now and then, prose,
-one tool call), streamed the way the API cuts streams; the tool call is a plan's next step,
-run for real in a fresh copy of this repository's source at PROJECT_REV: Read part of a
-file, Bash (grep for an identifier, git, ls, wc, sed), or Edit a line of a file read before.
-Halfway, the main loop hands a task to a sub-agent (Claude Code's Agent tool), which makes
-AGENT_CALLS calls of its own with its own system prompt and tools before it reports back.
-The last call gets a closing text. The usage each answer reports grows with the request (a
-quarter of its bytes as cache reads); Claude Code 2.1.197 compacted none of these sessions
-(it did not at ten times that either), but a compaction request would get a summary.
+What is real is every request byte and header, as `run` sees them: Claude Code's own system
+prompt, its ~65 KB of tool schemas, metadata, beta headers, cache markers, and the history it
+resends, with the output of tools it really ran. Recorded through `run` because the CLI writes
+its requests for api.anthropic.com differently: there, and not with ANTHROPIC_BASE_URL set, its
+first system block (`x-anthropic-billing-header: ...`) carries a `cch` value that changes on
+every call. What is scripted is the answers: each main-loop call gets an assistant turn made as
+bench/gen_session.py makes them (thinking with a signature now and then, prose, one tool call),
+streamed the way the API cuts streams, with the response headers the API documents (request
+id, organization, rate limits); the tool call is a plan's next step, run for real in a fresh
+copy of this repository's source at PROJECT_REV: Read part of a file, Bash (grep for an
+identifier, git, ls, wc, sed), or Edit a line of a file read before. Halfway, the main loop
+hands a task to a sub-agent (Claude Code's Agent tool), which makes AGENT_CALLS calls of its
+own with its own system prompt and tools before it reports back. The last call gets a closing
+text. The usage each answer reports grows with the request (a quarter of its bytes as cache
+reads); Claude Code 2.1.197 compacted none of these sessions (it did not at ten times that
+either), but a compaction request would get a summary.
 
 A recording depends on the CLI's version, the seed and the number of calls; it is kept in
 .cache/bench-sessions/ (or $FORGE_BENCH_SESSIONS; the CLI's prompts are not ours to ship,
@@ -23,6 +28,7 @@ so none is committed).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -30,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import uuid
 from pathlib import Path
 
 # gen_session: bench/ is on sys.path (run from there, or imported by a bench that is)
@@ -47,8 +55,11 @@ PROJECT_REV = "c9cba53"  # the source tree the agent works in: fixed, so recordi
 TASK_MARK = "forge-record-bench-task"
 AGENT_MARK = "forge-record-bench-subtask"
 AGENT_CALLS = 8
-FORMAT = 2  # of a recording: a new script makes recordings of its own
+FORMAT = 3  # of a recording: a new script makes recordings of its own
+FORGE = str(Path(sys.executable).with_name("forge-record"))
+EPOCH = 1_796_400_000  # the recorded answers' clock (2026-12-04), so recordings repeat
 DUMMY_KEY = "forge-record-bench-dummy-key"  # the mock takes any
+SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
 
 
 def claude() -> str | None:
@@ -73,7 +84,8 @@ def sessions(count: int, calls: int = 150) -> list[list[Call]]:
                              for c in record(cli, seed, calls))
             path.write_bytes(zstandard.ZstdCompressor(level=19).compress(lines))
         text = zstandard.ZstdDecompressor().decompress(path.read_bytes())
-        out.append([Call(c["path"], c["request"].encode(), c["response"].encode(), c["chain"])
+        out.append([Call(c["path"], c["request"].encode(), c["response"].encode(), c["chain"],
+                         c["request_headers"], c["response_headers"])
                     for c in map(orjson.loads, text.splitlines())])
     return out
 
@@ -95,15 +107,16 @@ def record(cli: str, seed: int, calls: int) -> list[Call]:
         with MockUpstream(routes=[("POST", lambda p: p == "/v1/messages", script.reply)]) as mock:
             env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
                    "HOME": str(home), "TMPDIR": tmp, "ANTHROPIC_API_KEY": DUMMY_KEY,
-                   "ANTHROPIC_BASE_URL": mock.url,
+                   "FORGE_RECORD_HOME": str(Path(tmp) / "forge"),  # its store: not kept
                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
                    "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
                    "IS_SANDBOX": "1"}  # lets --dangerously-skip-permissions run as root
             task = (f"Review the store code of this project and tidy what you find "
                     f"({TASK_MARK} {seed}).")
-            done = subprocess.run([cli, "-p", task, "--dangerously-skip-permissions"], env=env,
-                                  cwd=work, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=1800)
+            done = subprocess.run([FORGE, "run", "--upstream", f"api.anthropic.com={mock.url}",
+                                   "--", cli, "-p", task, "--dangerously-skip-permissions"],
+                                  env=env, cwd=work, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=1800)
             if done.returncode != 0:
                 sys.exit(f"Claude Code exited {done.returncode}: {done.stderr[-500:]}")
         return script.recorded
@@ -117,9 +130,10 @@ class Script:
         self.words = Words(random.Random(1000))
         self.rng = self.words.rng = random.Random(seed)
         self.calls, self.work = calls, work
-        self.files = sorted(str(p) for p in work.rglob("*.py"))
+        self.files = sorted(str(p) for p in work.rglob("*.py") if p.stat().st_size)
         self.read: list[str] = []
         self.recorded: list[Call] = []
+        self.organization = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         self.lock = threading.Lock()
 
     def reply(self, _mock: MockUpstream, received: Received) -> Reply:
@@ -131,9 +145,31 @@ class Script:
                      "cache_read_input_tokens": len(received.body) // 4, "output_tokens": 1}
             message = gen_session.message(self.rng, request["model"], content, stop, usage)
             stream = gen_session.sse(message, self.rng)
-            self.recorded.append(Call(received.path, received.body, stream, chain))
+            headers = self.api_headers(len(received.body))
+            self.recorded.append(Call(received.path, received.body, stream, chain,
+                                      # as the CLI sent them: the proxy named the mock
+                                      received.headers | {"host": "api.anthropic.com"},
+                                      {**SSE_HEADERS, **headers}))
         events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
-        return Reply.stream(events)
+        return dataclasses.replace(Reply.stream(events), headers=headers)
+
+    def api_headers(self, size: int) -> dict[str, str]:
+        """The headers the API documents on every response: its request id, the
+        organization, and where each rate limit stands (spent by this call's tokens)."""
+        n, rng = len(self.recorded), self.rng
+        now = EPOCH + 7 * n
+        reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 60 - now % 60))
+        tokens = size // 4
+        out = {"date": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now)),
+               "request-id": "req_011" + gen_session.token(rng, 21),
+               "anthropic-organization-id": self.organization}
+        for kind, limit, left in (("requests", 4000, 3999), ("input-tokens", 2_000_000,
+                                  2_000_000 - tokens), ("output-tokens", 400_000, 399_000),
+                                  ("tokens", 2_400_000, 2_399_000 - tokens)):
+            out |= {f"anthropic-ratelimit-{kind}-limit": str(limit),
+                    f"anthropic-ratelimit-{kind}-remaining": str(max(0, left)),
+                    f"anthropic-ratelimit-{kind}-reset": reset}
+        return out | {"cf-ray": f"{rng.getrandbits(64):016x}-SJC", "x-robots-tag": "none"}
 
     def answer(self, request: dict, chain: str) -> tuple[list[dict], str]:
         last = request["messages"][-1]["content"]

@@ -40,6 +40,9 @@ class Call:
     request: bytes
     response: bytes  # SSE
     chain: str  # "main", "agent" or "title": which conversation it continues
+    # As sent and answered, where a recording kept them (bench/cli_session.py); else None.
+    request_headers: dict[str, str] | None = None
+    response_headers: dict[str, str] | None = None
 
 
 # --- text ------------------------------------------------------------------------------

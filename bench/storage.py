@@ -49,6 +49,7 @@ from forge_record.decoders import anthropic_messages  # noqa: E402
 from forge_record.finalize import finalize  # noqa: E402
 from forge_record.records import Exchange, Session  # noqa: E402
 from forge_record.redact.bodies import Redactor  # noqa: E402
+from forge_record.redact.headers import redact_headers  # noqa: E402
 from forge_record.store import Writer, content, delta, open_store, segments  # noqa: E402
 from forge_record.store.segments import request_hint  # noqa: E402
 
@@ -67,7 +68,8 @@ def exchanges(calls: int, seed: int, harness: int | None = None,
 
 
 def captured(calls: list[gen_session.Call], seed: int) -> list[Exchange]:
-    """The calls as the addon hands them over: request not parsed yet, response decoded."""
+    """The calls as the addon hands them over: request not parsed yet, response decoded,
+    headers without credentials (a recording's, else a few fixed ones)."""
     dialect = anthropic_messages.DIALECT
     out = []
     for seq, call in enumerate(calls, 1):
@@ -77,11 +79,13 @@ def captured(calls: list[gen_session.Call], seed: int) -> list[Exchange]:
             seq=seq, dialect=dialect.name, url="https://api.anthropic.com" + call.path,
             http_status=200, started_at=1.76e9 + 7 * seq, first_byte_at=1.76e9 + 7 * seq + 1,
             ended_at=1.76e9 + 7 * seq + 5, response=decoder.finish(),
-            request_headers={"user-agent": "claude-cli/2.1.197 (external, cli)",
-                             "anthropic-version": "2023-06-01", "content-type": "application/json",
-                             "anthropic-beta": "claude-code-20250219"},
-            response_headers={"request-id": f"req_011{seed:04d}{seq:06d}",
-                              "content-type": "text/event-stream; charset=utf-8"},
+            request_headers=redact_headers((call.request_headers or {
+                "user-agent": "claude-cli/2.1.197 (external, cli)",
+                "anthropic-version": "2023-06-01", "content-type": "application/json",
+                "anthropic-beta": "claude-code-20250219"}).items()),
+            response_headers=redact_headers((call.response_headers or {
+                "request-id": f"req_011{seed:04d}{seq:06d}",
+                "content-type": "text/event-stream; charset=utf-8"}).items()),
             raw_request=call.request, raw_response=call.response))
     return out
 

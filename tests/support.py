@@ -186,8 +186,9 @@ def bench_module(name: str) -> Any:
 
 def exchanges_of(calls: list, seed: int = 0) -> list[Exchange]:
     """Anthropic Messages calls (bench's gen_session.Call: path, raw request, raw SSE
-    response) as the writer gets them, decoded by the real decoder."""
+    response, maybe headers) as the writer gets them, decoded by the real decoder."""
     from forge_record.decoders import anthropic_messages
+    from forge_record.redact.headers import redact_headers
 
     dialect = anthropic_messages.DIALECT
     out = []
@@ -198,9 +199,11 @@ def exchanges_of(calls: list, seed: int = 0) -> list[Exchange]:
             seq=seq, dialect=dialect.name, url="https://api.anthropic.com" + call.path,
             http_status=200, started_at=1_760_000_000.0 + seq, ended_at=1_760_000_000.5 + seq,
             request=dialect.parse_request(call.request), response=decoder.finish(),
-            request_headers={"user-agent": "claude-cli/2.1.197 (external, cli)",
-                             "anthropic-version": "2023-06-01"},
-            response_headers={"request-id": f"req_{seed}_{seq}"},
+            request_headers=redact_headers((call.request_headers or {
+                "user-agent": "claude-cli/2.1.197 (external, cli)",
+                "anthropic-version": "2023-06-01"}).items()),
+            response_headers=redact_headers((call.response_headers or {
+                "request-id": f"req_{seed}_{seq}"}).items()),
             raw_request=call.request, raw_response=call.response,
         ))
     return out

@@ -87,5 +87,7 @@ def test_a_real_claude_code_session_is_one_main_thread_and_its_subagent(recorded
              if isinstance(b, dict) and b.get("name") == "Edit"]
     assert edits and all(b["input"].get("replace_all") is False for b in edits)
     lineage = analyze(exchanges_of(recorded), "claude-code")
-    threads = {t.id: (t.role, len(t.calls)) for t in lineage.threads}
-    assert threads == {"main": ("main", CALLS), "subagent-1": ("subagent", 8)}
+    # the sub-agent's thread is named by the agent id the CLI sends in a header
+    threads = {t.id.split("-")[0]: (t.role, len(t.calls)) for t in lineage.threads}
+    assert threads == {"main": ("main", CALLS), "subagent": ("subagent", 8)}
+
