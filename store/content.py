@@ -1,7 +1,8 @@
 """Content addressing: records cut into canonical JSON blobs named by hash, and back.
 
 No SQL. A request is stored as references: its system prompt, its tool list
-and its other parameters are one blob each, and every message is a blob (`{"role", "content"}`,
+and its other parameters are one blob each (a system prompt that changed only in small blocks
+is named block by block: system_ref), and every message is a blob (`{"role", "content"}`,
 blocks inline). The response's content is a blob of the same shape (role "assistant"), so the
 next request, which repeats that answer as its last assistant message, references the same
 blob. A blob's bytes are `identity.canonical_json` of plain dicts, and its name is
@@ -52,8 +53,56 @@ def message_blob(message: Message) -> bytes:
     return canonical_json({"role": message.role, "content": content})
 
 
+# A system prompt block smaller than this (its canonical JSON, in bytes) is written into the
+# manifest itself rather than named as a blob.
+INLINE = 256
+
+
 def system_blob(request: Request) -> bytes:
+    """The whole system prompt as one blob's bytes: how it is stored unless in parts
+    (system_ref), and what raw request frames are compressed against (segments.request_hint)."""
     return canonical_json([block_to_dict(b) for b in request.system])
+
+
+def system_ref(request: Request, parent: Request | None,
+               keep: Callable[[bytes], str]) -> str | list:
+    """How a manifest names a system prompt that is not its parent's; `keep(data)` stores a
+    blob and returns its name. It is one blob, unless it differs from the parent's prompt
+    only in small blocks: then it is a list, one part a block, a small block itself
+    (inline), any other the name of a blob holding it (as a one-block prompt's blob). Claude
+    Code (since 2.1.36), talking to api.anthropic.com, starts its system prompt with a block
+    `x-anthropic-billing-header: ...; cch=<5 hex digits>;` whose `cch` changes on every call:
+    stored whole, every call's prompt was a new 6 KB blob, a row and a name of its own; in
+    parts only that small block differs, inline, next to the parent's. A prompt that does
+    not change stays one name: a manifest stream that starts over (a segment a call, `serve`
+    past its encoders' budget) would pay for inline blocks on every call."""
+    blocks = [block_to_dict(b) for b in request.system]
+    if parent is None or not _small_change(parent.system, request.system):
+        return keep(canonical_json(blocks))
+    return [block if len(data := canonical_json([block])) < INLINE else keep(data)
+            for block in blocks]
+
+
+def _small_change(before: list[Block], after: list[Block]) -> bool:
+    """Whether `after` is `before` with only small blocks changed."""
+    return len(before) == len(after) and all(
+        a == b or max(len(canonical_json([block_to_dict(a)])),
+                      len(canonical_json([block_to_dict(b)]))) < INLINE
+        for a, b in zip(before, after, strict=True))
+
+
+def system_names(ref: str | list) -> list[str]:
+    """The blob names a system reference holds."""
+    return [ref] if isinstance(ref, str) else [p for p in ref if isinstance(p, str)]
+
+
+def system_bytes(ref: str | list, blob: Callable[[str], bytes]) -> bytes:
+    """system_blob's bytes rebuilt from a manifest's reference, `blob(name)` reading blobs."""
+    if isinstance(ref, str):
+        return blob(ref)
+    # A part's blob is canonical_json([block]): its block is what lies between the brackets.
+    return b"[" + b",".join(blob(p)[1:-1] if isinstance(p, str) else canonical_json(p)
+                            for p in ref) + b"]"
 
 
 def tools_blob(tools: list[Tool]) -> bytes:
@@ -100,8 +149,8 @@ def request_refs(
     request: Request, names: Mapping[str, str], parent: int | None, keep: int,
     append: list[str],
 ) -> dict[str, Any]:
-    """The request part of a manifest. `names` has the system, tools and parameters blob
-    names under those keys."""
+    """The request part of a manifest. `names` has the system reference (system_ref), and
+    the tools and parameters blob names, under those keys."""
     return {"model": request.model, "stream": request.stream, "system": names["system"],
             "tools": names["tools"], "parameters": names["parameters"], "parent": parent,
             "keep": keep, "append": append}
@@ -162,6 +211,13 @@ class Decoded:
     def blocks(self, blob: str) -> list[Block]:
         return self._get("blocks", blob, lambda d: [block_from_dict(b) for b in d])
 
+    def system(self, ref: str | list) -> list[Block]:
+        """A system prompt from its reference (system_ref)."""
+        if isinstance(ref, str):
+            return list(self.blocks(ref))
+        return [b for p in ref for b in (self.blocks(p) if isinstance(p, str) else
+                                         [block_from_dict(p)])]
+
     def tools(self, blob: str) -> list[Tool]:
         return self._get("tools", blob, lambda d: [Tool(**t) for t in d])
 
@@ -189,7 +245,7 @@ def rebuild(
     refs, response = found["request"], found["response"]
     request = None if refs is None else Request(
         model=refs["model"], stream=refs["stream"],
-        system=list(decoded.blocks(refs["system"])),
+        system=decoded.system(refs["system"]),
         tools=list(decoded.tools(refs["tools"])),
         parameters=dict(decoded.parameters(refs["parameters"])),
         messages=decoded.messages(messages),
@@ -225,7 +281,8 @@ def referenced(found: dict[str, Any]) -> list[str]:
     names = []
     if found["request"] is not None:
         refs = found["request"]
-        names += [refs["system"], refs["tools"], refs["parameters"], *refs["append"]]
+        names += [*system_names(refs["system"]), refs["tools"], refs["parameters"],
+                  *refs["append"]]
     if found["response"] is not None:
         names.append(found["response"]["content"])
         if ref := token_ref(found["response"]):

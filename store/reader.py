@@ -276,7 +276,8 @@ class SessionReader:
         if refs is None:
             return b""
         if keyframe:
-            parts = [self.blobs.get(refs[p]) for p in ("system", "tools", "parameters")]
+            parts = [content.system_bytes(refs["system"], self.blobs.get),
+                     self.blobs.get(refs["tools"]), self.blobs.get(refs["parameters"])]
             return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)], rendered)
         return request_hint([], [self.blobs.get(n) for n in refs["append"]], rendered)
 

@@ -59,7 +59,8 @@ RECENT = 8
 REACH = 16
 HEADS = 2
 PACK_IDLE = 600.0  # less than gc.GRACE
-# A request's parts besides its messages, and how each is made a blob.
+# A request's parts besides its messages, and how each is made a blob (the system prompt,
+# maybe several: content.system_ref).
 _PART_BLOBS = {"system": content.system_blob,
                "tools": lambda request: content.tools_blob(request.tools),
                "parameters": lambda request: content.parameters_blob(request.parameters)}
@@ -88,7 +89,7 @@ class Seen:
     seq: int
     request: Request | None
     names: list[str]  # its messages' blob names
-    parts: dict[str, str]  # system / tools / parameters blob names
+    parts: dict[str, str | list]  # system reference, tools and parameters blob names
     raw_request: bytes
     raw_response: bytes
     raw_depth: int  # 0 for a keyframe
@@ -275,6 +276,9 @@ class SessionEncoder:
         for part in _PARTS:
             if parent and getattr(parent.request, part) == getattr(request, part):
                 out[part] = parent.parts[part]
+            elif part == "system":
+                out[part] = content.system_ref(request, parent and parent.request,
+                                               lambda data: self._keep(data, blobs))
             else:
                 out[part] = self._keep(_PART_BLOBS[part](request), blobs)
         return out
@@ -305,7 +309,8 @@ class SessionEncoder:
         if keyframe:
             # A resumed segment's encoder never held what it keeps from its tail; equal
             # records make equal blobs, so those are made again from the request.
-            parts = [self._bytes.get(refs[p]) or _PART_BLOBS[p](request) for p in _PARTS]
+            parts = [_PART_BLOBS[p](request) if p == "system" else
+                     self._bytes.get(refs[p]) or _PART_BLOBS[p](request) for p in _PARTS]
             messages = [self._bytes.get(n) or content.message_blob(m)
                         for n, m in zip(names, request.messages, strict=True)]
             return request_hint(parts, messages, rendered)

@@ -184,6 +184,26 @@ def bench_module(name: str) -> Any:
         sys.path.remove(str(ROOT / "bench"))
 
 
+def billed(exchanges: list[Exchange]) -> list[Exchange]:
+    """The exchanges as Claude Code sends them to api.anthropic.com: its system prompt starts
+    with a billing block whose `cch` changes on every call (raw body and record alike)."""
+    from forge_record.decoders import anthropic_messages
+
+    out = []
+    for n, ex in enumerate(exchanges):
+        body = orjson.loads(ex.raw_request)
+        system = body.get("system") or []
+        header = (f"x-anthropic-billing-header: cc_version=2.1.197.982; cc_entrypoint=cli; "
+                  f"cch={(n * 40503 + 7) % 0xFFFFF:05x};")
+        body["system"] = [{"type": "text", "text": header},
+                          *([{"type": "text", "text": system}] if isinstance(system, str)
+                            else system)]
+        raw = orjson.dumps(body)
+        out.append(dataclasses.replace(ex, raw_request=raw,
+                                       request=anthropic_messages.DIALECT.parse_request(raw)))
+    return out
+
+
 def exchanges_of(calls: list, seed: int = 0) -> list[Exchange]:
     """Anthropic Messages calls (bench's gen_session.Call: path, raw request, raw SSE
     response, maybe headers) as the writer gets them, decoded by the real decoder."""

@@ -91,3 +91,27 @@ def test_a_real_claude_code_session_is_one_main_thread_and_its_subagent(recorded
     threads = {t.id.split("-")[0]: (t.role, len(t.calls)) for t in lineage.threads}
     assert threads == {"main": ("main", CALLS), "subagent": ("subagent", 8)}
 
+
+def test_its_billing_block_changes_on_every_call_and_costs_no_blob_a_call(store, recorded):
+    """Recorded through `forge-record run`, the CLI talks to api.anthropic.com and starts its
+    system prompt with a billing block whose `cch` changes on every call; the store names
+    such a prompt in parts (store.content.system_ref), so only the calls with no parent store
+    a whole prompt: the main loop's first, the sub-agent's first, and the main loop's call
+    after the sub-agent (whose 8 calls pushed its parent out of the writer's window)."""
+    import sqlalchemy as sa
+
+    from forge_record.identity import blob_key_name
+    from forge_record.store.reader import BlobReader
+
+    firsts = [orjson.loads(call.request)["system"][0]["text"] for call in recorded]
+    assert all(t.startswith("x-anthropic-billing-header: ") and "cch=" in t for t in firsts)
+    assert len(set(firsts)) == len(recorded)
+    store.add_session(make_session("cli"))
+    for ex in exchanges_of(recorded):
+        store.add_exchange("cli", ex)
+    with store.reading("blobs") as conn:
+        names = [blob_key_name(bytes(k)) for k in conn.scalars(sa.text("SELECT hash FROM blobs"))]
+        blobs = BlobReader(conn)
+        blobs.load(names)
+        prompts = [n for n in names if blobs.get(n).startswith(b'[{"text":"x-anthropic-billing')]
+    assert len(prompts) == 3

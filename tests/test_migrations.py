@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 import sqlalchemy as sa
-from support import BACKENDS, make_exchange, make_session, realistic_exchanges
+from support import BACKENDS, billed, make_exchange, make_session, realistic_exchanges
 
 from forge_record.errors import StoreError
 from forge_record.records import exchange_to_dict, session_to_dict
@@ -483,3 +483,14 @@ def test_0010_downgrade_refuses_a_store_whose_segments_go_on_from_earlier_ones(
     assert migrate.current(engine) == migrate.head()
     with open_store(url) as store:
         assert list(store.iter_exchanges("a", raw=True)) == sent
+
+
+def test_0011_downgrade_refuses_a_store_with_system_prompts_in_parts(engine, url):
+    """Older forge-records read a system prompt as one blob name (0011 names it in parts)."""
+    sent = billed(realistic_exchanges(6))
+    store_session(url, sent)
+    with pytest.raises(StoreError, match="1 sessions have system prompts stored in parts"):
+        migrate.downgrade(engine, "0010")
+    assert migrate.current(engine) == migrate.head()
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent

@@ -1,0 +1,119 @@
+"""A system prompt that differs from its parent's only in small blocks is stored in parts
+(store.content.system_ref): Claude Code, talking to api.anthropic.com, starts its system prompt
+with a billing block whose `cch` changes on every call. Every exchange still reads back
+byte for byte, alone and in order, written whole or a segment a call, after gc and in a store
+it was pushed to; on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from support import billed, count, make_session, realistic_exchanges
+
+from forge_record.records import Request, Text
+from forge_record.store import content, gc, open_store
+from forge_record.store import push as pushing
+from forge_record.store.items import AddExchange, AddSession
+
+DAY = 86400.0
+
+
+def write(store, session_id: str, exchanges, started_at: float = 100.0) -> None:
+    store.write([AddSession(make_session(session_id, started_at=started_at), recorder_pid=None,
+                            heartbeat_at=None)])
+    for ex in exchanges:
+        store.add_exchange(session_id, ex)
+    store.end_session(session_id, started_at + 60, 0)
+
+
+def reads_back(store, session_id: str, sent) -> None:
+    assert list(store.iter_exchanges(session_id, raw=True)) == sent
+    for ex in reversed(sent):  # one by one, coldest cache first
+        assert store.get_exchange(session_id, ex.seq, raw=True) == ex
+
+
+def test_a_billing_block_that_changes_on_every_call_costs_no_blob_a_call(store, store_url):
+    plain = realistic_exchanges(40)
+    sent = billed(plain)
+    assert len({ex.request.system[0].text for ex in sent}) == len(sent)
+    write(store, "plain", plain)
+    before = count(store_url, "blobs")
+
+    write(store, "billed", sent)
+
+    # Only the prompts of calls with no parent (nothing to differ from) are new blobs; whole,
+    # every call's prompt was one.
+    assert count(store_url, "blobs") - before < len(sent) / 4
+    reads_back(store, "billed", sent)
+
+
+def test_written_a_segment_a_call_it_reads_back(store, monkeypatch):
+    from forge_record.store import batch
+
+    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # each call's segment resumes the last's
+    sent = billed(realistic_exchanges(20))
+    store.add_session(make_session("s"))
+    for ex in sent:
+        store.write([AddExchange("s", ex)])
+    reads_back(store, "s", sent)
+
+
+def test_gc_keeps_the_parts_a_remaining_session_names(store):
+    """"new" is the start of "old"'s conversation: its prompts' big block is a blob in old's
+    pack group, named only as a part."""
+    old = billed(realistic_exchanges(30))
+    write(store, "old", old, started_at=time.time() - 40 * DAY)
+    write(store, "new", old[:4], started_at=time.time() - DAY)
+
+    report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)
+
+    assert report.sessions == 1 and report.blobs > 0
+    reads_back(store, "new", old[:4])
+
+
+def test_push_copies_the_parts(store_url, tmp_path):
+    sent = billed(realistic_exchanges(20))
+    local = f"sqlite:///{tmp_path / 'local.db'}"
+    with open_store(local) as source:
+        write(source, "s", sent)
+    with open_store(local) as source, open_store(store_url) as target:
+        report = pushing.push(source, target, pushing.plan(source, target, ["s"]))
+        assert report.exchanges == len(sent)
+        reads_back(target, "s", sent)
+
+
+# --- the reference itself ------------------------------------------------------------------
+
+BIG = Text(text="You are an agent. " * 40)
+
+
+def ref(system, parent_system=None):
+    kept = {}
+
+    def keep(data: bytes) -> str:
+        kept[name := f"n{len(kept)}"] = data
+        return name
+
+    parent = None if parent_system is None else Request(system=parent_system)
+    found = content.system_ref(Request(system=system), parent, keep)
+    return found, kept
+
+
+@pytest.mark.parametrize("system, parent, parts", [
+    ([Text(text="a"), BIG], None, False),  # no parent: whole
+    ([Text(text="a"), BIG], [Text(text="b"), BIG], True),  # a small block changed
+    ([Text(text="a"), BIG], [Text(text="a"), Text(text="You are an agent. " * 41)], False),
+    ([Text(text="a"), BIG], [BIG], False),  # another number of blocks
+    ([Text(text="a")], [Text(text="b")], True),
+    ([], [Text(text="b")], False),
+])
+def test_a_prompt_is_in_parts_only_when_only_small_blocks_changed(system, parent, parts):
+    found, kept = ref(system, parent)
+    assert isinstance(found, list) == parts
+    # Either way the reference rebuilds the prompt, and the whole prompt's bytes, exactly.
+    assert content.system_bytes(found, kept.__getitem__) == content.system_blob(
+        Request(system=system))
+    assert content.Decoded(kept.__getitem__).system(found) == system
+    if parts:  # small blocks inline, the others named
+        assert [isinstance(p, str) for p in found] == [len(b.text) > 200 for b in system]
