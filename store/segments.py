@@ -4,8 +4,9 @@ No SQL and no I/O; store.store runs it inside the write transaction. The encoder
 *segment* of a session: two compressed streams (manifests, and packs of new blobs) and the
 last few exchanges, which later ones derive from:
 
-- Parent: among the RECENT exchanges written before it (with a smaller seq), the one whose
-  message list shares the longest prefix with this request's. The manifest stores only
+- Parent: among the RECENT exchanges written before it (with a smaller seq), and the last
+  exchanges of up to HELD chains that fell out of those, the one whose message list shares
+  the longest prefix with this request's. The manifest stores only
   "the parent's first k messages, then these". Agent loops append, so k is nearly all of it;
   a compaction that rewrote history gives a small k, and the messages it kept still resolve
   to blobs already stored. Messages are compared as records: `cache_control` markers are not
@@ -48,6 +49,10 @@ from forge_record.store import compression, content, delta, dictionaries, tokens
 
 SEGMENT_BYTES = 4 << 20
 RECENT = 8
+# Chains whose last exchange fell out of the RECENT stay candidates, the latest HELD: Claude
+# Code's main loop waits while a sub-agent makes its calls, often more than RECENT, and its
+# next call had no parent (its whole message list, prompt and raw body stored again).
+HELD = 4
 # Segments one exchange's parent chain may span, and the chain heads a tail keeps. Written a
 # segment a call (`serve` past the encoders' budget), the 150-call bench session of an
 # unseen seed in a store with its harness's dictionary took 191 KB of payload, against 156
@@ -156,6 +161,7 @@ class SessionEncoder:
     _own_packs: bool = field(init=False, default=True)  # whether `packs` is its own stream
     _offered: bool = False  # its group as the harness version's dictionary
     _recent: deque[Seen] = field(default_factory=lambda: deque(maxlen=RECENT))
+    _held: deque[Seen] = field(default_factory=lambda: deque(maxlen=HELD))  # see HELD
     _bytes: dict[str, bytes] = field(default_factory=dict)  # blobs named in this segment
     _bytes_held: int = 0  # their sizes, summed
     _first_named: set[str] = field(default_factory=set)  # those the exchange being encoded adds
@@ -179,7 +185,7 @@ class SessionEncoder:
         spans REACH segments already or whose raw chain is due a keyframe (which would need
         the bytes of every blob they name)."""
         taken = {s.parent for s in self._recent}
-        heads = [s for s in self._recent if s.seq not in taken and s.request is not None
+        heads = [s for s in self._seen if s.seq not in taken and s.request is not None
                  and s.reach < REACH and s.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY]
         return heads[-HEADS:]
 
@@ -226,6 +232,7 @@ class SessionEncoder:
         raw_response = delta.encode_response(ex.raw_response, response_hint(
             raw_parent.raw_response if raw_parent else b"", self._bytes.get(answer, b"")), found)
         piece = self._manifests.piece(found)
+        self._hold(parent)
         self._recent.append(Seen(
             ex.seq, ex.request, names, parts, ex.raw_request, ex.raw_response,
             raw_parent.raw_depth + 1 if raw_parent else 0,
@@ -244,13 +251,30 @@ class SessionEncoder:
         """The next piece of its pack stream (PackStream.pack)."""
         return self.packs.pack(datas)
 
+    @property
+    def _seen(self) -> list[Seen]:
+        """The exchanges a later one may derive from, oldest first."""
+        return [*self._held, *self._recent]
+
+    def _hold(self, parent: Seen | None) -> None:
+        """Before the next exchange is added (continuing `parent`): a held chain it goes on
+        is no longer held, and the exchange about to fall out of the RECENT is held if no
+        exchange went on from it."""
+        if parent in self._held:
+            self._held.remove(parent)
+        if len(self._recent) == RECENT:
+            oldest = self._recent[0]
+            if oldest is not parent and oldest.request is not None and \
+                    all(s.parent != oldest.seq for s in self._recent):
+                self._held.append(oldest)
+
     def _parent(self, ex: Exchange) -> tuple[Seen | None, int]:
         if ex.request is None or not ex.request.messages:
             return None, 0
         best, keep = None, 0
         # Longest lists first: once a candidate is no longer than the best shared prefix,
         # no later one can beat it, and the full comparison is skipped.
-        for seen in sorted(self._recent, key=lambda s: (len(s.names), s.seq), reverse=True):
+        for seen in sorted(self._seen, key=lambda s: (len(s.names), s.seq), reverse=True):
             if len(seen.names) <= keep:
                 break
             if seen.seq < ex.seq and seen.request is not None:
@@ -300,7 +324,7 @@ class SessionEncoder:
         282 MB."""
         return (self._manifests.held + self._manifests.fed
                 + (self.packs.held if self._own_packs else 0) + self._bytes_held
-                + sum(s.footprint for s in self._recent))
+                + sum(s.footprint for s in self._seen))
 
     def _request_hint(self, request: Request | None, refs: dict | None, names: list[str],
                       keyframe: bool, rendered: bool) -> bytes:

@@ -114,4 +114,4 @@ def test_its_billing_block_changes_on_every_call_and_costs_no_blob_a_call(store,
         blobs = BlobReader(conn)
         blobs.load(names)
         prompts = [n for n in names if blobs.get(n).startswith(b'[{"text":"x-anthropic-billing')]
-    assert len(prompts) == 3
+    assert len(prompts) == 2

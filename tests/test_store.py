@@ -25,9 +25,11 @@ from support import (
     BEARER,
     RAW_REQUEST,
     RAW_RESPONSE,
+    bench_module,
     check_round_trip,
     check_secrets_dropped,
     count,
+    exchanges_of,
     make_exchange,
     make_session,
     realistic_exchanges,
@@ -210,6 +212,28 @@ def test_a_stream_that_ended_lends_its_compressor_to_the_next_one_which_writes_t
     assert written == [new.compress(p) + new.flush(zstd.COMPRESSOBJ_FLUSH_BLOCK)
                        for p in pieces]
     assert compression.decode_pieces(written, prefix) == pieces
+
+
+def test_a_conversation_goes_on_from_its_last_call_after_many_calls_of_another(store):
+    """A sub-agent's calls in between, more than the writer's window of recent exchanges,
+    do not cut the main loop's chain: its next call still derives from its last one (its raw
+    request a delta, not a keyframe), and everything reads back."""
+    from forge_record.store import segments
+
+    gen_session = bench_module("gen_session")
+    main = [c for c in gen_session.calls(12, seed=0) if c.chain == "main"][:4]
+    agent = [c for c in gen_session.calls(30, seed=7) if c.chain == "main"][:segments.RECENT + 4]
+    sent = exchanges_of(main[:3] + agent + main[3:])
+    store.add_session(make_session("s"))
+    for ex in sent:
+        store.add_exchange("s", ex)
+    with store.reading("frames") as conn:
+        import sqlalchemy as sa
+
+        frame = conn.scalar(sa.text("SELECT raw_request FROM exchanges WHERE seq = :seq"),
+                            {"seq": len(sent)})
+    assert frame.lstrip(b"W")[:1] == b"D"
+    assert list(store.iter_exchanges("s", raw=True)) == sent
 
 
 def test_compaction_and_forks_rebuild_exactly(store):
