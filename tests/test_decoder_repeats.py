@@ -15,6 +15,7 @@ from support import ROOT
 
 from forge_record.decoders import anthropic_messages, base, gemini, openai_chat, openai_responses
 from forge_record.decoders.repeats import REMEMBER_FROM, Repeats
+from forge_record.decoders.repeats import _laid_out as _LAID_OUT
 from forge_record.finalize import finalize
 from forge_record.records import Exchange
 from forge_record.redact.bodies import Redactor
@@ -149,14 +150,67 @@ def test_a_body_that_changes_earlier_bytes_is_parsed_again():
 
 
 def test_reordered_keys_and_a_changed_tail():
+    """A body whose keys moved is parsed whole; one whose members after the array changed
+    (one added, or other values of the same length) is extended, those members parsed anew."""
     first = _body(_msgs(10))
     moved = (b'{"system":"' + PAD.encode() + b'","messages":'
              + json.dumps(_msgs(12)).encode() + b',"model":"m"}')
     tail = _body(_msgs(12), tail=',"stream":true')
     same_length = _body(_msgs(12)).replace(b'"x', b'"y')  # the tail's value, not its size
-    for second in (moved, tail, same_length):
+    for second, extended in ((moved, 1), (tail, 2), (same_length, 2)):
         repeats = _same_as_full([first, second, _body(_msgs(14))], "messages")
-        assert repeats.extended <= 1
+        assert repeats.extended == extended
+
+
+def test_a_tail_that_changes_on_every_call_is_laid_out_once_per_thread(monkeypatch):
+    """Claude Code, talking to api.anthropic.com, writes its system prompt after the messages
+    with a billing block whose `cch` changes on every call. Each such body once failed to
+    extend the one before, after finding where its elements start (a tokenizing pass over
+    the whole body, on every call)."""
+    from forge_record.decoders import repeats as module
+
+    laid = []
+    monkeypatch.setattr(module, "_laid_out", lambda *a: laid.append(1) or _LAID_OUT(*a))
+    bodies = []
+    for n, body in enumerate(anthropic_bodies()):
+        data = orjson.loads(body)
+        data["system"] = [{"type": "text", "text": f"x-anthropic-billing-header: cch={n:05x};"},
+                          {"type": "text", "text": _text(data["system"])}]
+        order = ["model", "messages", "system"]
+        bodies.append(orjson.dumps({k: data[k] for k in order + [k for k in data
+                                                                 if k not in order]}))
+    repeats = _same_as_full(bodies, "messages")
+    big = sum(len(b) >= REMEMBER_FROM for b in bodies)
+    assert repeats.extended >= big - 4
+    assert len(laid) <= 4  # once a thread (main, sub-agent, titles)
+
+
+def test_members_after_the_array_that_are_not_what_the_full_parse_reads():
+    first = _body(_msgs(5))
+    head = first[: first.index(b'"system"')]
+    bodies = [
+        head + b'"model":"n"}',  # a key the leading bytes hold, written again
+        head + b'"messages":[1]}',  # the array's own key
+        first.replace(b'"}', b'",}'),  # a trailing comma
+        first.replace(b'"}', b'"} x'),  # bytes after the body
+        first.replace(b'"}', b'"'),  # unclosed
+        first.replace(b'],"system"', b'] ,\n "system"'),  # not JSON's whitespace
+        first.replace(b'],"system"', b'] ,\t "system"'),
+        head.rstrip(b",") + b"}",  # nothing after the array
+        head.rstrip(b",") + b" \n}\n",
+    ]
+    for body in bodies:
+        repeats = Repeats()
+        repeats.loads(first, "messages")
+        try:
+            expected = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            with pytest.raises(orjson.JSONDecodeError) as got:
+                repeats.loads(body, "messages")
+            assert str(got.value) == str(e)
+        else:
+            assert repeats.loads(body, "messages") == expected
+            assert list(repeats.loads(body, "messages")) == list(expected)  # key order
 
 
 def test_non_ascii_escapes_and_brackets_inside_strings():
