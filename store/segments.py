@@ -332,9 +332,11 @@ class SessionEncoder:
             return b""
         if keyframe:
             # A resumed segment's encoder never held what it keeps from its tail; equal
-            # records make equal blobs, so those are made again from the request.
-            parts = [_PART_BLOBS[p](request) if p == "system" else
-                     self._bytes.get(refs[p]) or _PART_BLOBS[p](request) for p in _PARTS]
+            # records make equal blobs, so those are made again from the request (the whole
+            # system prompt always: it may be named in parts).
+            parts = [content.system_blob(request),
+                     *(self._bytes.get(refs[p]) or _PART_BLOBS[p](request)
+                       for p in ("tools", "parameters"))]
             messages = [self._bytes.get(n) or content.message_blob(m)
                         for n, m in zip(names, request.messages, strict=True)]
             return request_hint(parts, messages, rendered)
