@@ -235,6 +235,10 @@ def test_a_call_in_flight_on_a_killed_replica_is_marked_missing(tmp_path, new_da
             history: list[dict] = []
             for n in range(3):
                 turn(client_at(replicas[n], s), history)
+            # Their numbers taken: a writer takes a call's number a little after the call
+            # starts, and under load one call ended before its number was, so the next took
+            # the smaller one (MODEL_PACE; docs/ROLLOUTS.md, "Not done yet").
+            wait_for_value(lambda: gaps(url, s["id"]), ([], 3), "the first calls")
             mock.options["hold"] = held
             history.append({"role": "user", "content": "turn 3"})
             with client_at(replicas[1], s).messages.stream(
@@ -286,6 +290,7 @@ def test_a_websocket_turn_in_flight_on_a_killed_replica_is_marked_missing(tmp_pa
                                    base_url=f"{replicas[1].url}/s/{s['id']}/v1")
             with client.responses.connect() as conn:
                 previous = ws_turn(conn, "turn 1", previous)  # done on B: stored as 2
+                wait_for_value(lambda: gaps(url, s["id"]), ([], 2), "the first turns")
                 mock.options["hold"] = held
                 conn.response.create(model="gpt-5.4", store=True, previous_response_id=previous,
                                      input=[{"role": "user", "content": "turn 2"}])
