@@ -317,3 +317,26 @@ def test_an_agents_next_request_has_only_its_new_pieces_redacted(monkeypatch):
             assert anew < len(body) / 10, turn
         messages += [{"role": "assistant", "content": f"turn {turn}"},
                      {"role": "user", "content": f"token = self._tokens.pop(key{turn}, None)"}]
+
+
+def test_an_agents_next_request_is_cut_only_past_what_it_shares_with_the_one_before(
+        monkeypatch):
+    """The pieces a body shares with a remembered one from its start are that body's, and
+    so are their redactions: only the rest is cut and looked up (a 300 KB request is mostly
+    its history)."""
+    from forge_record.redact import bodies
+
+    starts: list[int] = []
+    cut = bodies._pieces
+    monkeypatch.setattr(bodies, "_pieces", lambda data, start=0: starts.append(start) or
+                        cut(data, start))
+    messages = [{"role": "user", "content": "DB_PASSWORD=hunter22\n" + _FILLER}]
+    redactor, before = Redactor(b"k"), b""
+    for turn in range(6):
+        messages += [{"role": "assistant", "content": f"turn {turn} " + _FILLER},
+                     {"role": "user", "content": f"token = self._tokens.pop(key{turn}, None)"}]
+        body = orjson.dumps({"model": "m", "messages": messages, "stream": True})
+        assert redactor.bytes(body) == Redactor(b"k")._whole(body)
+        if turn:  # from the cut before the last message of the body before
+            assert starts[-1] >= len(before) - 100, turn
+        before = body

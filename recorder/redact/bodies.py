@@ -19,6 +19,7 @@ tests/secret_corpus.py holds a positive and a near miss for each.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import hmac
 import os
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_record.shared_ends import common_ends
+from forge_record.shared_ends import common_ends, common_prefix
 
 # (kind, pattern). Each starts with a literal, which keeps one pass over a 80 KB body near a
 # millisecond. Order matters: private key blocks before what could match inside them.
@@ -127,7 +128,11 @@ _REMEMBERED = 4
 # redacted whole, as is any with user patterns; and a cut is not made where a placeholder's
 # look-back (_in_placeholder, 40 characters) would reach an unclosed "[REDACTED:" before
 # it. So the pieces join into what redacting the whole gives (tests/test_secrets.py).
+# The pieces of the bytes a body shares with one of those bodies from its start are that
+# body's, and so are their redactions: they are not cut and looked up again (a cut depends on
+# the 160 bytes before it and the 4 after it).
 _CUT = re.compile(rb'\}(?=, ?\{")')
+_CUT_AHEAD = 4
 _BEGIN = b"-----BEGIN "
 _OPENING = b"[REDACTED:"
 # How far around the changed bytes to search anew: a needle that overlaps them, a match that
@@ -135,6 +140,21 @@ _OPENING = b"[REDACTED:"
 # word break. Occurrences wholly outside are carried over from the passed body: all of them,
 # so that the body, once passed in turn, has its own complete record.
 _REACH = max(len(needle) + max(backs) + 2 for needle, backs, _ in _KEY_NEEDLES + _NAME_NEEDLES)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """A body redacted in pieces: where its pieces end, and where their redactions end in
+    the redacted bytes."""
+
+    data: bytes
+    ends: tuple[int, ...]
+    out: bytes
+    out_ends: tuple[int, ...]
+
+    def shared(self, data: bytes) -> int:
+        """How many of its first pieces `data` has too, cut the same."""
+        return bisect.bisect_right(self.ends, common_prefix(self.data, data) - _CUT_AHEAD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +176,10 @@ class Redactor:
         custom = "|".join(f"(?:{p})" for p in extra_patterns)
         self._custom = re.compile(custom) if extra_patterns else None
         self._scanned: deque[_Scanned] = deque(maxlen=_REMEMBERED)
-        # The last few bodies redacted in pieces, each as {piece: its redacted bytes}.
+        # The last few bodies redacted in pieces, each as {piece: its redacted bytes} (of
+        # the pieces it did not share with an earlier body from its start) and as a _Cut.
         self._redacted: deque[dict[bytes, bytes]] = deque(maxlen=_REMEMBERED)
+        self._cut: deque[_Cut] = deque(maxlen=_REMEMBERED)
 
     def placeholder(self, kind: str, secret: str) -> str:
         digest = hmac.new(self._key, secret.encode(), hashlib.sha256).hexdigest()[:8]
@@ -250,8 +272,12 @@ class Redactor:
         """`_whole(data)`, redacting only pieces none of the last few bodies had. Pieces
         are cut between ASCII bytes, so the body decodes if and only if each piece does."""
         known = list(self._redacted)[::-1]  # newest first; a copy: another thread may append
+        cuts = list(self._cut)
+        head, shared = max(((c, c.shared(data)) for c in cuts), key=lambda found: found[1],
+                           default=(None, 0))
+        start = head.ends[shared - 1] if shared else 0
         made: dict[bytes, bytes] = {}
-        pieces = _pieces(data)
+        pieces = _pieces(data, start)
         for piece in pieces:
             if piece in made:
                 continue
@@ -265,7 +291,20 @@ class Redactor:
                 done = piece if redacted == text else redacted.encode()
             made[piece] = done
         self._redacted.append(made)
-        return b"".join(made[piece] for piece in pieces)
+        if shared:  # the pieces it shares with `head`, redacted as they were there
+            ends, out_ends = list(head.ends[:shared]), list(head.out_ends[:shared])
+            out = [head.out[:out_ends[-1]]]
+        else:
+            ends, out_ends, out = [], [], []
+        at, out_at = start, out_ends[-1] if out_ends else 0
+        for piece in pieces:
+            at, out_at = at + len(piece), out_at + len(made[piece])
+            ends.append(at)
+            out_ends.append(out_at)
+            out.append(made[piece])
+        joined = b"".join(out)
+        self._cut.append(_Cut(data, tuple(ends), joined, tuple(out_ends)))
+        return joined
 
     def value(self, value: Any) -> Any:
         """A JSON-like value (dicts, lists, strings) with every string redacted; the value
@@ -336,11 +375,12 @@ def strings(value: Any) -> str:
     return "\0".join(found)
 
 
-def _pieces(data: bytes) -> list[bytes]:
-    """`data` cut right after each `}` followed by `,{"` or `, {"` (see _CUT), but where
-    an unclosed "[REDACTED:" is within 40 characters (160 bytes) before the cut."""
-    out, last = [], 0
-    for match in _CUT.finditer(data):
+def _pieces(data: bytes, start: int = 0) -> list[bytes]:
+    """`data[start:]` cut right after each `}` followed by `,{"` or `, {"` (see _CUT), but
+    where an unclosed "[REDACTED:" is within 40 characters (160 bytes) before the cut.
+    `start` is 0 or where such a cut was made."""
+    out, last = [], start
+    for match in _CUT.finditer(data, start):
         at = match.end()
         opening = data.rfind(_OPENING, max(0, at - 160), at)
         if opening < 0 or data.find(b"]", opening, at) >= 0:
