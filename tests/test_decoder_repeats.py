@@ -139,6 +139,22 @@ def _msgs(n: int, last: str = "") -> list:
             for i in range(n)] + ([{"role": "user", "content": last}] if last else [])
 
 
+def _answers_as_full(first: bytes, bodies: list[bytes]) -> None:
+    """Each of `bodies`, after `first`, parses to what orjson gives, or fails as it does."""
+    for body in bodies:
+        repeats = Repeats()
+        repeats.loads(first, "messages")
+        try:
+            expected = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            with pytest.raises(orjson.JSONDecodeError) as got:
+                repeats.loads(body, "messages")
+            assert str(got.value) == str(e)
+        else:
+            assert repeats.loads(body, "messages") == expected
+            assert list(repeats.loads(body, "messages")) == list(expected)  # key order
+
+
 def test_a_body_that_changes_earlier_bytes_is_parsed_again():
     first = _body(_msgs(20))
     changed = _body([{"role": "user", "content": "rewritten"}, *_msgs(20)[1:], *_msgs(3)])
@@ -199,18 +215,7 @@ def test_members_after_the_array_that_are_not_what_the_full_parse_reads():
         head.rstrip(b",") + b"}",  # nothing after the array
         head.rstrip(b",") + b" \n}\n",
     ]
-    for body in bodies:
-        repeats = Repeats()
-        repeats.loads(first, "messages")
-        try:
-            expected = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            with pytest.raises(orjson.JSONDecodeError) as got:
-                repeats.loads(body, "messages")
-            assert str(got.value) == str(e)
-        else:
-            assert repeats.loads(body, "messages") == expected
-            assert list(repeats.loads(body, "messages")) == list(expected)  # key order
+    _answers_as_full(first, bodies)
 
 
 def test_non_ascii_escapes_and_brackets_inside_strings():
@@ -240,17 +245,7 @@ def test_bytes_that_are_not_whole_elements_take_the_full_path():
         first.replace(b'"turn 4"}]', b'"turn 4"},{"x":"\xff"}]'),  # not UTF-8
         head + b'"x":1]}',
     ]
-    for body in bad:
-        repeats = Repeats()
-        repeats.loads(first, "messages")
-        try:
-            expected = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            with pytest.raises(orjson.JSONDecodeError) as got:
-                repeats.loads(body, "messages")
-            assert str(got.value) == str(e)
-        else:
-            assert repeats.loads(body, "messages") == expected
+    _answers_as_full(first, bad)
 
 
 def test_elements_escaping_their_array_are_not_taken_for_its_elements():

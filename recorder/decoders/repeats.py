@@ -193,30 +193,16 @@ def _laid_out(body: bytes, key: str, data: Any) -> _Parsed | None:
             depth -= 1
     if found is None or body[found] != 0x5B:  # `[`
         return None
-    end = _closing(body, found)
-    starts = _starts_of(body, found + 1, end, data[key])
+    end = _array_end(body, found + 1)
+    starts = None if end is None else _starts_of(body, found + 1, end, data[key])
     if starts is None or len(starts) != len(data[key]):
         return None
     return _Parsed(body, key, data, starts, end)
 
 
-def _closing(body: bytes, opening: int) -> int:
-    """The offset of the bracket that closes the one at `opening`."""
-    depth = 0
-    for token in _TOKEN.finditer(body, opening):
-        t = body[token.start()]
-        if t in b"[{":
-            depth += 1
-        elif t in b"]}":
-            depth -= 1
-            if depth == 0:
-                return token.start()
-    raise ValueError("unclosed")  # not reached: the body parsed
-
-
 def _array_end(body: bytes, lo: int) -> int | None:
-    """The offset of the `]` that closes the array whose elements start at `lo`; None if a
-    `}` closes it or nothing does."""
+    """The offset of the `]` that closes the array whose elements start at `lo` (right after
+    its `[`); None if a `}` closes it or nothing does."""
     depth = 0
     for token in _TOKEN.finditer(body, lo):
         t = body[token.start()]
