@@ -146,10 +146,13 @@ class Script:
             message = gen_session.message(self.rng, request["model"], content, stop, usage)
             stream = gen_session.sse(message, self.rng)
             headers = self.api_headers(len(received.body))
+            # the date the answers' clock says (the mock sends its own Date header)
+            date = time.strftime("%a, %d %b %Y %H:%M:%S GMT",
+                                 time.gmtime(EPOCH + 7 * len(self.recorded)))
             self.recorded.append(Call(received.path, received.body, stream, chain,
                                       # as the CLI sent them: the proxy named the mock
                                       received.headers | {"host": "api.anthropic.com"},
-                                      {**SSE_HEADERS, **headers}))
+                                      {**SSE_HEADERS, "date": date, **headers}))
         events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
         return dataclasses.replace(Reply.stream(events), headers=headers)
 
@@ -160,8 +163,7 @@ class Script:
         now = EPOCH + 7 * n
         reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 60 - now % 60))
         tokens = size // 4
-        out = {"date": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now)),
-               "request-id": "req_011" + gen_session.token(rng, 21),
+        out = {"request-id": "req_011" + gen_session.token(rng, 21),
                "anthropic-organization-id": self.organization}
         for kind, limit, left in (("requests", 4000, 3999), ("input-tokens", 2_000_000,
                                   2_000_000 - tokens), ("output-tokens", 400_000, 399_000),
