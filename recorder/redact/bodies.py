@@ -145,12 +145,14 @@ _REACH = max(len(needle) + max(backs) + 2 for needle, backs, _ in _KEY_NEEDLES +
 @dataclass(frozen=True, slots=True)
 class _Cut:
     """A body redacted in pieces: where its pieces end, and where their redactions end in
-    the redacted bytes."""
+    the redacted bytes; `made` maps the pieces it did not share from its start with an
+    earlier body to their redactions."""
 
     data: bytes
     ends: tuple[int, ...]
     out: bytes
     out_ends: tuple[int, ...]
+    made: dict[bytes, bytes]
 
     def shared(self, data: bytes) -> int:
         """How many of its first pieces `data` has too, cut the same."""
@@ -176,10 +178,7 @@ class Redactor:
         custom = "|".join(f"(?:{p})" for p in extra_patterns)
         self._custom = re.compile(custom) if extra_patterns else None
         self._scanned: deque[_Scanned] = deque(maxlen=_REMEMBERED)
-        # The last few bodies redacted in pieces, each as {piece: its redacted bytes} (of
-        # the pieces it did not share with an earlier body from its start) and as a _Cut.
-        self._redacted: deque[dict[bytes, bytes]] = deque(maxlen=_REMEMBERED)
-        self._cut: deque[_Cut] = deque(maxlen=_REMEMBERED)
+        self._cut: deque[_Cut] = deque(maxlen=_REMEMBERED)  # the last bodies in pieces
 
     def placeholder(self, kind: str, secret: str) -> str:
         digest = hmac.new(self._key, secret.encode(), hashlib.sha256).hexdigest()[:8]
@@ -243,10 +242,10 @@ class Redactor:
         (the newest such), and how many; None if there is none. Any such body gives the
         same answer; the more it shares, the less is searched."""
         best, shared = None, 0
-        for passed in reversed(list(self._scanned)):  # a copy: another thread may append
-            p, s = common_ends(data, passed.data)
+        for scanned in reversed(list(self._scanned)):  # a copy: another thread may append
+            p, s = common_ends(data, scanned.data)
             if p + s > shared:
-                best, shared = (passed, p, s), p + s
+                best, shared = (scanned, p, s), p + s
             if 2 * shared >= len(data):  # the newest first: usually its thread's last body
                 break
         return best if 2 * shared >= len(data) else None
@@ -271,8 +270,8 @@ class Redactor:
     def _in_pieces(self, data: bytes) -> bytes:
         """`_whole(data)`, redacting only pieces none of the last few bodies had. Pieces
         are cut between ASCII bytes, so the body decodes if and only if each piece does."""
-        known = list(self._redacted)[::-1]  # newest first; a copy: another thread may append
-        cuts = list(self._cut)
+        cuts = list(self._cut)  # a copy: another thread may append
+        known = [c.made for c in reversed(cuts)]  # newest first
         head, shared = max(((c, c.shared(data)) for c in cuts), key=lambda found: found[1],
                            default=(None, 0))
         start = head.ends[shared - 1] if shared else 0
@@ -290,7 +289,6 @@ class Redactor:
                 redacted = self._text(text)
                 done = piece if redacted == text else redacted.encode()
             made[piece] = done
-        self._redacted.append(made)
         if shared:  # the pieces it shares with `head`, redacted as they were there
             ends, out_ends = list(head.ends[:shared]), list(head.out_ends[:shared])
             out = [head.out[:out_ends[-1]]]
@@ -303,7 +301,7 @@ class Redactor:
             out_ends.append(out_at)
             out.append(made[piece])
         joined = b"".join(out)
-        self._cut.append(_Cut(data, tuple(ends), joined, tuple(out_ends)))
+        self._cut.append(_Cut(data, tuple(ends), joined, tuple(out_ends), made))
         return joined
 
     def value(self, value: Any) -> Any:
