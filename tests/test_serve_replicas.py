@@ -235,10 +235,7 @@ def test_a_call_in_flight_on_a_killed_replica_is_marked_missing(tmp_path, new_da
             history: list[dict] = []
             for n in range(3):
                 turn(client_at(replicas[n], s), history)
-            # Their numbers taken: a writer takes a call's number a little after the call
-            # starts, and under load one call ended before its number was, so the next took
-            # the smaller one (MODEL_PACE; docs/ROLLOUTS.md, "Not done yet").
-            wait_for_value(lambda: gaps(url, s["id"]), ([], 3), "the first calls")
+                stored(url, s["id"], [], n + 1)
             mock.options["hold"] = held
             history.append({"role": "user", "content": "turn 3"})
             with client_at(replicas[1], s).messages.stream(
@@ -256,9 +253,9 @@ def test_a_call_in_flight_on_a_killed_replica_is_marked_missing(tmp_path, new_da
             history.pop()  # the harness retries the turn, through another replica
             for n in range(3, 6):
                 turn(client_at(replicas[0 if n % 2 else 2], s), history)
-            # every other call stored (the writers are niced: under load they may lag the
-            # finish's bounded wait), so the finish counts exactly the one cut off
-            wait_for_value(lambda: gaps(url, s["id"]), ([4], 7), "the other calls")
+                # stored, so the finish counts exactly the one cut off (the writers are
+                # niced: under load they may lag the finish's bounded wait)
+                stored(url, s["id"], [4], n + 2)
             assert replicas[2].client.finish(s["id"], "done", 0)["missing_calls"] == 1
             view = control.session(s["id"])
             assert [c["seq"] for c in view["calls"]] == [1, 2, 3, 5, 6, 7]
@@ -286,6 +283,7 @@ def test_a_websocket_turn_in_flight_on_a_killed_replica_is_marked_missing(tmp_pa
             s = replicas[0].client.create_session("codex")
             control = replicas[0].client
             previous = responses_turn(replicas[0], s, "turn 0", None)
+            stored(url, s["id"], [], 1)
             client = openai.OpenAI(api_key=s["token"], max_retries=0,
                                    base_url=f"{replicas[1].url}/s/{s['id']}/v1")
             with client.responses.connect() as conn:
@@ -306,7 +304,7 @@ def test_a_websocket_turn_in_flight_on_a_killed_replica_is_marked_missing(tmp_pa
             del mock.options["hold"]
             for n, replica in ((2, replicas[2]), (3, replicas[0])):  # retried elsewhere
                 previous = responses_turn(replica, s, f"turn {n}", previous)
-            wait_for_value(lambda: gaps(url, s["id"]), ([3], 5), "the other turns")
+                stored(url, s["id"], [3], n + 2)
             assert replicas[2].client.finish(s["id"], "done", 0)["missing_calls"] == 1
             view = control.session(s["id"])
             assert [c["seq"] for c in view["calls"]] == [1, 2, 4, 5]
@@ -318,6 +316,14 @@ def test_a_websocket_turn_in_flight_on_a_killed_replica_is_marked_missing(tmp_pa
             held.set()
             for r in replicas:
                 r.stop()
+
+
+def stored(url: str, session_id: str, missing: list[int], calls: int) -> None:
+    """Wait for the session's latest call to be stored. The mock is unpaced in the tests that
+    hold a call (MODEL_PACE), so a call through one replica can end before its writer takes
+    its number; the next call, through another replica, would then take the smaller number
+    and the thread fork (docs/ROLLOUTS.md, "Not done yet"). Waiting keeps the order."""
+    wait_for_value(lambda: gaps(url, session_id), (missing, calls), f"call {calls} stored")
 
 
 def gaps(url: str, session_id: str) -> tuple[list[int], int]:
