@@ -2,7 +2,8 @@
 
 No SQL. A request is stored as references: its system prompt, its tool list
 and its other parameters are one blob each (a system prompt that changed only in small blocks
-is named block by block: system_ref), and every message is a blob (`{"role", "content"}`,
+is named block by block: system_ref; parameters may be named as changes to another call's:
+parameters_ref), and every message is a blob (`{"role", "content"}`,
 blocks inline). The response's content is a blob of the same shape (role "assistant"), so the
 next request, which repeats that answer as its last assistant message, references the same
 blob. A blob's bytes are `identity.canonical_json` of plain dicts, and its name is
@@ -113,6 +114,78 @@ def parameters_blob(parameters: dict[str, Any]) -> bytes:
     return canonical_json(parameters)
 
 
+def parameters_ref(parameters: dict[str, Any], parent: dict[str, Any] | None,
+                   parent_ref: str | list | None, keep: Callable[[bytes], str]) -> str | list:
+    """How a manifest names parameters that are not its parent's; `keep(data)` stores a blob
+    and returns its name. They are one blob, unless their parent's reference (`parent_ref`,
+    for `parent`) can carry what changed: then `[base, changes]`, the base blob the parent's
+    reference names and the changes from it (_changes), inline while under INLINE bytes.
+    Codex over its WebSocket sends a new `previous_response_id` and a millisecond clock in
+    `client_metadata` on every call: stored whole, its 1.6 KB of parameters were a new blob,
+    a row and a name a call. Changes are taken from the base, never chained through another
+    call: reading one needs only its base."""
+    if parent is not None and parent_ref is not None:
+        base, before = (parent_ref, []) if isinstance(parent_ref, str) else parent_ref
+        changes = _then(before, _changes(parent, parameters))
+        if len(canonical_json(changes)) < INLINE:
+            return [base, changes]
+    return keep(parameters_blob(parameters))
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any], path: tuple = ()) -> list[list]:
+    """What makes `after` of `before`: `[path, value]` sets a key (a path of keys through
+    nested objects), `[path]` removes one. Values compare as their canonical bytes (in
+    Python 1 == 1.0 == True)."""
+    out: list[list] = []
+    for key in sorted(before.keys() | after.keys()):
+        at = [*path, key]
+        if key not in after:
+            out.append([at])
+        elif key not in before:
+            out.append([at, after[key]])
+        elif isinstance(before[key], dict) and isinstance(after[key], dict):
+            out += _changes(before[key], after[key], tuple(at))
+        elif canonical_json(before[key]) != canonical_json(after[key]):
+            out.append([at, after[key]])
+    return out
+
+
+def _then(first: list[list], then: list[list]) -> list[list]:
+    """Changes doing `first`, then `then`: one of `first` at or under a path `then` sets or
+    removes is undone by it, so dropped (Codex's two per-call values stay two changes)."""
+    paths = [change[0] for change in then]
+    return [c for c in first if not any(c[0][:len(p)] == p for p in paths)] + then
+
+
+def _changed(base: dict[str, Any], changes: list[list]) -> dict[str, Any]:
+    """`base` with `changes` made, in a copy (base is shared: Decoded)."""
+    out = dict(base)
+    for change in changes:
+        *path, key = change[0]
+        at = out
+        for step in path:
+            at[step] = dict(at[step])
+            at = at[step]
+        if len(change) == 2:
+            at[key] = change[1]
+        else:  # the base may lack it: a key a call added and a later one removed
+            at.pop(key, None)
+    return out
+
+
+def parameters_name(ref: str | list) -> str:
+    """The blob name a parameters reference holds."""
+    return ref if isinstance(ref, str) else ref[0]
+
+
+def parameters_bytes(ref: str | list, blob: Callable[[str], bytes]) -> bytes:
+    """parameters_blob's bytes rebuilt from a manifest's reference, `blob(name)` reading
+    blobs."""
+    if isinstance(ref, str):
+        return blob(ref)
+    return canonical_json(_changed(orjson.loads(blob(ref[0])), ref[1]))
+
+
 def answer_blob(response: Response) -> bytes:
     """The response's content as the assistant message the next request will repeat."""
     return message_blob(Message(role="assistant", content=response.content))
@@ -221,8 +294,11 @@ class Decoded:
     def tools(self, blob: str) -> list[Tool]:
         return self._get("tools", blob, lambda d: [Tool(**t) for t in d])
 
-    def parameters(self, blob: str) -> dict[str, Any]:
-        return self._get("parameters", blob, lambda d: d)
+    def parameters(self, ref: str | list) -> dict[str, Any]:
+        """Parameters from their reference (parameters_ref)."""
+        if isinstance(ref, str):
+            return self._get("parameters", ref, lambda d: d)
+        return _changed(self._get("parameters", ref[0], lambda d: d), ref[1])
 
     def _get(self, kind: str, blob: str, make: Callable[[Any], Any]) -> Any:
         done = self._done[kind]
@@ -281,7 +357,8 @@ def referenced(found: dict[str, Any]) -> list[str]:
     names = []
     if found["request"] is not None:
         refs = found["request"]
-        names += [*system_names(refs["system"]), refs["tools"], refs["parameters"],
+        names += [*system_names(refs["system"]), refs["tools"],
+                  parameters_name(refs["parameters"]),
                   *refs["append"]]
     if found["response"] is not None:
         names.append(found["response"]["content"])

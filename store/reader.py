@@ -277,7 +277,8 @@ class SessionReader:
             return b""
         if keyframe:
             parts = [content.system_bytes(refs["system"], self.blobs.get),
-                     self.blobs.get(refs["tools"]), self.blobs.get(refs["parameters"])]
+                     self.blobs.get(refs["tools"]),
+                     content.parameters_bytes(refs["parameters"], self.blobs.get)]
             return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)], rendered)
         return request_hint([], [self.blobs.get(n) for n in refs["append"]], rendered)
 

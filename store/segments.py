@@ -65,7 +65,8 @@ REACH = 16
 HEADS = 2
 PACK_IDLE = 600.0  # less than gc.GRACE
 # A request's parts besides its messages, and how each is made a blob (the system prompt,
-# maybe several: content.system_ref).
+# maybe several: content.system_ref; parameters, maybe changes to another's:
+# content.parameters_ref).
 _PART_BLOBS = {"system": content.system_blob,
                "tools": lambda request: content.tools_blob(request.tools),
                "parameters": lambda request: content.parameters_blob(request.parameters)}
@@ -94,7 +95,7 @@ class Seen:
     seq: int
     request: Request | None
     names: list[str]  # its messages' blob names
-    parts: dict[str, str | list]  # system reference, tools and parameters blob names
+    parts: dict[str, str | list]  # system, tools and parameters references
     raw_request: bytes
     raw_response: bytes
     raw_depth: int  # 0 for a keyframe
@@ -303,6 +304,10 @@ class SessionEncoder:
             elif part == "system":
                 out[part] = content.system_ref(request, parent and parent.request,
                                                lambda data: self._keep(data, blobs))
+            elif part == "parameters":
+                out[part] = content.parameters_ref(
+                    request.parameters, parent and parent.request.parameters,
+                    parent and parent.parts[part], lambda data: self._keep(data, blobs))
             else:
                 out[part] = self._keep(_PART_BLOBS[part](request), blobs)
         return out
@@ -333,10 +338,10 @@ class SessionEncoder:
         if keyframe:
             # A resumed segment's encoder never held what it keeps from its tail; equal
             # records make equal blobs, so those are made again from the request (the whole
-            # system prompt always: it may be named in parts).
+            # system prompt and parameters always: they may be named in parts).
             parts = [content.system_blob(request),
-                     *(self._bytes.get(refs[p]) or _PART_BLOBS[p](request)
-                       for p in ("tools", "parameters"))]
+                     self._bytes.get(refs["tools"]) or _PART_BLOBS["tools"](request),
+                     content.parameters_blob(request.parameters)]
             messages = [self._bytes.get(n) or content.message_blob(m)
                         for n, m in zip(names, request.messages, strict=True)]
             return request_hint(parts, messages, rendered)

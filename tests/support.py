@@ -204,6 +204,27 @@ def billed(exchanges: list[Exchange]) -> list[Exchange]:
     return out
 
 
+def stamped(exchanges: list[Exchange]) -> list[Exchange]:
+    """The exchanges with parameters that change on every call as Codex's over its WebSocket
+    do: a new `previous_response_id` and, nested in `client_metadata`, a millisecond clock;
+    a turn id there that changes every 10 calls (raw body and record alike)."""
+    from forge_record.decoders import anthropic_messages
+
+    out = []
+    for n, ex in enumerate(exchanges):
+        body = orjson.loads(ex.raw_request)
+        body["client_metadata"] = {
+            "session_id": "01a24391-5035-7340-9b7e-8cbb2c3c50cb",
+            "turn_id": f"01a24391-508a-7f21-bdca-{n // 10:012x}",
+            "x-codex-ws-stream-request-start-ms": str(1796429926541 + 2713 * n)}
+        if n:
+            body["previous_response_id"] = f"resp_{(n * 2654435761) % 2**128:032x}"
+        raw = orjson.dumps(body)
+        out.append(dataclasses.replace(ex, raw_request=raw,
+                                       request=anthropic_messages.DIALECT.parse_request(raw)))
+    return out
+
+
 def exchanges_of(calls: list, seed: int = 0) -> list[Exchange]:
     """Anthropic Messages calls (bench's gen_session.Call: path, raw request, raw SSE
     response, maybe headers) as the writer gets them, decoded by the real decoder."""
@@ -240,6 +261,24 @@ def with_secret_headers(ex: Exchange) -> Exchange:
 
 def without_raw(ex: Exchange) -> Exchange:
     return dataclasses.replace(ex, raw_request=b"", raw_response=b"")
+
+
+def write_session(store: Store, session_id: str, exchanges, started_at: float = 100.0) -> None:
+    """A whole session written as the writer writes it: started, every call, ended."""
+    from forge_record.store.items import AddSession
+
+    store.write([AddSession(make_session(session_id, started_at=started_at), recorder_pid=None,
+                            heartbeat_at=None)])
+    for ex in exchanges:
+        store.add_exchange(session_id, ex)
+    store.end_session(session_id, started_at + 60, 0)
+
+
+def reads_back(store: Store, session_id: str, sent: list[Exchange]) -> None:
+    """The session's exchanges read back equal to `sent`, in order and one by one."""
+    assert list(store.iter_exchanges(session_id, raw=True)) == sent
+    for ex in reversed(sent):  # one by one, coldest cache first
+        assert store.get_exchange(session_id, ex.seq, raw=True) == ex
 
 
 def check_round_trip(store: Store) -> None:

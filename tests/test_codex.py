@@ -146,8 +146,30 @@ def test_builtin_provider_over_websocket(codex_env, mode):
     assert second["request"]["parameters"]["previous_response_id"] == sent[
         "previous_response_id"]
     assert second["http_status"] == 101
+    # Every call sends a new previous_response_id and clock: the last call's parameters are
+    # stored as what changed from the call before (store.content.parameters_ref), not as a
+    # blob. The first turn's are a blob: `x-codex-turn-metadata`, a 700-byte string naming
+    # the turn, is new since the warm-up.
+    assert len({orjson.dumps(ex["request"]["parameters"]) for ex in session["exchanges"]}) == 3
+    assert parameter_blobs(codex_env) == 2
     assert_no_key_stored(codex_env)
     check_recorded_cli_session(codex_env["FORGE_RECORD_HOME"], session)
+
+
+def parameter_blobs(env) -> int:
+    """How many blobs of the store hold a Codex request's parameters."""
+    import sqlalchemy as sa
+
+    from forge_record.identity import blob_key_name
+    from forge_record.store import open_store
+    from forge_record.store.reader import BlobReader
+
+    with open_store(f"sqlite:///{env['FORGE_RECORD_HOME']}/traces.db") as store, \
+            store.reading("blobs") as conn:
+        names = [blob_key_name(bytes(k)) for k in conn.scalars(sa.text("SELECT hash FROM blobs"))]
+        blobs = BlobReader(conn)
+        blobs.load(names)
+        return sum(blobs.get(n).startswith(b'{"client_metadata":') for n in names)
 
 
 GATEWAY_PROVIDER = """\

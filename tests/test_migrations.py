@@ -13,7 +13,14 @@ import sqlite3
 
 import pytest
 import sqlalchemy as sa
-from support import BACKENDS, billed, make_exchange, make_session, realistic_exchanges
+from support import (
+    BACKENDS,
+    billed,
+    make_exchange,
+    make_session,
+    realistic_exchanges,
+    stamped,
+)
 
 from forge_record.errors import StoreError
 from forge_record.records import exchange_to_dict, session_to_dict
@@ -491,6 +498,17 @@ def test_0011_downgrade_refuses_a_store_with_system_prompts_in_parts(engine, url
     store_session(url, sent)
     with pytest.raises(StoreError, match="1 sessions have system prompts stored in parts"):
         migrate.downgrade(engine, "0010")
+    assert migrate.current(engine) == migrate.head()
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_0012_downgrade_refuses_a_store_with_parameters_stored_as_changes(engine, url):
+    """Older forge-records read parameters as one blob name (0012 names them as changes)."""
+    sent = stamped(realistic_exchanges(6))
+    store_session(url, sent)
+    with pytest.raises(StoreError, match="1 sessions have parameters stored as changes"):
+        migrate.downgrade(engine, "0011")
     assert migrate.current(engine) == migrate.head()
     with open_store(url) as store:
         assert list(store.iter_exchanges("s", raw=True)) == sent

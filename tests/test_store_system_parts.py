@@ -9,38 +9,31 @@ from __future__ import annotations
 import time
 
 import pytest
-from support import billed, count, make_session, realistic_exchanges
+from support import (
+    billed,
+    count,
+    make_session,
+    reads_back,
+    realistic_exchanges,
+    write_session,
+)
 
 from forge_record.records import Request, Text
 from forge_record.store import content, gc, open_store
 from forge_record.store import push as pushing
-from forge_record.store.items import AddExchange, AddSession
+from forge_record.store.items import AddExchange
 
 DAY = 86400.0
-
-
-def write(store, session_id: str, exchanges, started_at: float = 100.0) -> None:
-    store.write([AddSession(make_session(session_id, started_at=started_at), recorder_pid=None,
-                            heartbeat_at=None)])
-    for ex in exchanges:
-        store.add_exchange(session_id, ex)
-    store.end_session(session_id, started_at + 60, 0)
-
-
-def reads_back(store, session_id: str, sent) -> None:
-    assert list(store.iter_exchanges(session_id, raw=True)) == sent
-    for ex in reversed(sent):  # one by one, coldest cache first
-        assert store.get_exchange(session_id, ex.seq, raw=True) == ex
 
 
 def test_a_billing_block_that_changes_on_every_call_costs_no_blob_a_call(store, store_url):
     plain = realistic_exchanges(40)
     sent = billed(plain)
     assert len({ex.request.system[0].text for ex in sent}) == len(sent)
-    write(store, "plain", plain)
+    write_session(store, "plain", plain)
     before = count(store_url, "blobs")
 
-    write(store, "billed", sent)
+    write_session(store, "billed", sent)
 
     # Only the prompts of calls with no parent (nothing to differ from) are new blobs; whole,
     # every call's prompt was one.
@@ -63,8 +56,8 @@ def test_gc_keeps_the_parts_a_remaining_session_names(store):
     """"new" is the start of "old"'s conversation: its prompts' big block is a blob in old's
     pack group, named only as a part."""
     old = billed(realistic_exchanges(30))
-    write(store, "old", old, started_at=time.time() - 40 * DAY)
-    write(store, "new", old[:4], started_at=time.time() - DAY)
+    write_session(store, "old", old, started_at=time.time() - 40 * DAY)
+    write_session(store, "new", old[:4], started_at=time.time() - DAY)
 
     report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)
 
@@ -76,7 +69,7 @@ def test_push_copies_the_parts(store_url, tmp_path):
     sent = billed(realistic_exchanges(20))
     local = f"sqlite:///{tmp_path / 'local.db'}"
     with open_store(local) as source:
-        write(source, "s", sent)
+        write_session(source, "s", sent)
     with open_store(local) as source, open_store(store_url) as target:
         report = pushing.push(source, target, pushing.plan(source, target, ["s"]))
         assert report.exchanges == len(sent)

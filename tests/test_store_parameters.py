@@ -1,0 +1,164 @@
+"""Parameters that differ from their parent's are stored as changes to a base blob
+(store.content.parameters_ref): Codex over its WebSocket sends a new `previous_response_id`
+and a clock on every call. Every exchange still reads back byte for byte, alone and in order,
+written whole or a segment a call, after gc and in a store it was pushed to; on SQLite and
+Postgres. The changes themselves rebuild any parameters exactly (hypothesis)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import (
+    count,
+    make_session,
+    reads_back,
+    realistic_exchanges,
+    stamped,
+    write_session,
+)
+
+from forge_record.identity import canonical_json
+from forge_record.store import content, gc, open_store
+from forge_record.store import push as pushing
+from forge_record.store.items import AddExchange
+
+DAY = 86400.0
+
+
+def test_parameters_that_change_on_every_call_cost_no_blob_a_call(store, store_url):
+    plain = realistic_exchanges(40)
+    sent = stamped(plain)
+    assert len({canonical_json(ex.request.parameters) for ex in sent}) == len(sent)
+    write_session(store, "plain", plain)
+    before = count(store_url, "blobs")
+
+    write_session(store, "stamped", sent)
+
+    # Only the parameters of calls with no parent are new blobs; whole, every call's were one.
+    assert count(store_url, "blobs") - before < len(sent) / 4
+    reads_back(store, "stamped", sent)
+
+
+def test_written_a_segment_a_call_it_reads_back(store, monkeypatch):
+    from forge_record.store import batch
+
+    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # each call's segment resumes the last's
+    sent = stamped(realistic_exchanges(20))
+    store.add_session(make_session("s"))
+    for ex in sent:
+        store.write([AddExchange("s", ex)])
+    reads_back(store, "s", sent)
+
+
+def test_gc_keeps_the_base_a_remaining_session_names(store):
+    """"new" is the start of "old"'s conversation: its parameters' base is a blob in old's
+    pack group (a base is also named whole by the session's call that wrote it: parents are
+    in the same session)."""
+    old = stamped(realistic_exchanges(30))
+    write_session(store, "old", old, started_at=time.time() - 40 * DAY)
+    write_session(store, "new", old[:4], started_at=time.time() - DAY)
+
+    report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)
+
+    assert report.sessions == 1 and report.blobs > 0
+    reads_back(store, "new", old[:4])
+
+
+def test_push_copies_the_base(store_url, tmp_path):
+    sent = stamped(realistic_exchanges(20))
+    local = f"sqlite:///{tmp_path / 'local.db'}"
+    with open_store(local) as source:
+        write_session(source, "s", sent)
+    with open_store(local) as source, open_store(store_url) as target:
+        report = pushing.push(source, target, pushing.plan(source, target, ["s"]))
+        assert report.exchanges == len(sent)
+        reads_back(target, "s", sent)
+
+
+# --- the reference itself ------------------------------------------------------------------
+
+CLOCKED = {"model": "gpt-5.4", "store": False,
+           "client_metadata": {"session_id": "s-1", "clock_ms": "1796429926541"},
+           "instructions": "You are Codex. " * 30}
+
+
+def refs(*parameters):
+    """Each parameters' reference, each the child of the one before, and the blobs kept."""
+    kept: dict[str, bytes] = {}
+
+    def keep(data: bytes) -> str:
+        kept[name := f"n{len(kept)}"] = data
+        return name
+
+    out, parent, parent_ref = [], None, None
+    for p in parameters:
+        parent_ref = content.parameters_ref(p, parent, parent_ref, keep)
+        out.append(parent_ref)
+        parent = p
+    for p, ref in zip(parameters, out, strict=True):
+        assert content.parameters_bytes(ref, kept.__getitem__) == content.parameters_blob(p)
+        assert content.Decoded(kept.__getitem__).parameters(ref) == p
+    return out, kept
+
+
+def clocked(n: int, **top) -> dict:
+    return {**CLOCKED, "client_metadata": {**CLOCKED["client_metadata"], "clock_ms": str(n)},
+            **top}
+
+
+def test_a_child_names_its_parents_base_and_what_changed_from_it():
+    (first, second, third), kept = refs(clocked(1), clocked(2, previous_response_id="r1"),
+                                        clocked(3, previous_response_id="r2"))
+    assert first == "n0" and len(kept) == 1
+    assert second == ["n0", [[["client_metadata", "clock_ms"], "2"],
+                             [["previous_response_id"], "r1"]]]
+    # changes from the base, not from the parent: the same two paths, new values
+    assert third == ["n0", [[["client_metadata", "clock_ms"], "3"],
+                            [["previous_response_id"], "r2"]]]
+
+
+def test_removed_keys_and_replaced_objects_are_changes_too():
+    a = {"x": {"y": 1, "z": [1]}, "w": True}
+    (_, ref, _, _), _ = refs(a, {"x": {"z": [1]}}, {"x": 5, "w": True}, {"x": {"q": None}})
+    assert ref[1] == [[["w"]], [["x", "y"]]]
+
+
+def test_values_compare_as_their_json():
+    """1, 1.0 and true are equal in Python, not on the wire."""
+    (_, one, true), _ = refs({"t": 1}, {"t": 1.0}, {"t": True})
+    assert one[1] == [[["t"], 1.0]] and true[1] == [[["t"], True]]
+
+
+def test_parameters_that_changed_much_are_a_blob_again():
+    (_, ref), kept = refs(CLOCKED, {**CLOCKED, "instructions": "You are Codex, now. " * 30})
+    assert ref == "n1" and len(kept) == 2
+
+
+def test_the_base_the_reader_shares_is_not_changed():
+    (_, ref), kept = refs(clocked(1), clocked(2))
+    decoded = content.Decoded(kept.__getitem__)
+    decoded.parameters(ref)
+    assert decoded.parameters("n0") == clocked(1)
+
+
+_keys = st.sampled_from(["a", "b", "c", "client_metadata"])
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False)
+    | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(_keys, _values, max_size=4), min_size=1, max_size=6))
+def test_any_chain_of_parameters_rebuilds_exactly(chain):
+    refs(*chain)  # each checked against its own canonical bytes
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_a_call_with_no_parent_names_a_blob(n):
+    found, kept = refs(*[clocked(k) for k in range(n + 1)])
+    assert found[0] == "n0" and kept["n0"] == canonical_json(clocked(0))
