@@ -90,19 +90,25 @@ def sessions(count: int, calls: int = 150) -> list[list[Call]]:
     return out
 
 
+def checkout(tmp: Path) -> Path:
+    """A fresh git checkout of the project at PROJECT_REV in tmp/project."""
+    work = tmp / "project"
+    work.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", PROJECT_REV, "recorder",
+                              "store"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    git = ["git", "-c", "user.email=dev@example.com", "-c", "user.name=dev"]
+    subprocess.run([*git, "init", "-q"], cwd=work, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qm", "start"], cwd=work, check=True)
+    return work
+
+
 def record(cli: str, seed: int, calls: int) -> list[Call]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-cli-") as tmp:
         # A fresh home and checkout per session, as on each member's machine of a team.
-        work, home = Path(tmp) / "project", Path(tmp) / "home"
+        work, home = checkout(Path(tmp)), Path(tmp) / "home"
         home.mkdir()
-        work.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", PROJECT_REV, "recorder",
-                                  "store"], capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
-        git = ["git", "-c", "user.email=dev@example.com", "-c", "user.name=dev"]
-        subprocess.run([*git, "init", "-q"], cwd=work, check=True)
-        subprocess.run([*git, "add", "-A"], cwd=work, check=True)
-        subprocess.run([*git, "commit", "-qm", "start"], cwd=work, check=True)
         script = Script(seed, calls, work)
         with MockUpstream(routes=[("POST", lambda p: p == "/v1/messages", script.reply)]) as mock:
             env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",

@@ -2,7 +2,8 @@
 costs per exchange, and how fast any exchange reads back.
 
     .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
-                                      [--team 20] [--cli N] [--baseline REV] [--on-disk]
+                                      [--team 20] [--cli N] [--codex N] [--baseline REV]
+                                      [--on-disk]
 
 The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
 ~20 KB of tools, file contents and command output in tool results, a moving cache_control
@@ -22,7 +23,8 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
 4. on disk (issue 21's figures; `--on-disk` alone): one session in a fresh SQLite file,
    `--team` sessions of one harness version in a fresh Postgres, one more written a segment
    a call; with `--cli N` the first two on N recorded real Claude Code sessions too
-   (bench/cli_session.py); with `--baseline REV` at REV as well, in the same run.
+   (bench/cli_session.py), with `--codex N` on N recorded real Codex sessions over its
+   WebSocket (bench/codex_session.py); with `--baseline REV` at REV as well, in the same run.
 Speed figures are what this machine measured; nothing here asserts them.
 """
 
@@ -260,12 +262,14 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
 TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
 
 
-def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0) -> dict[str, float]:
+def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
+                 codex: int = 0) -> dict[str, float]:
     """The figures issue 21 asks for, with whatever forge_record this process imports: one
     session in a fresh SQLite file after a checkpoint, and `team` sessions of one harness
     version and project in one fresh Postgres database (every relation, with indexes, TOAST
     and map forks). With `cli`, the same two on real Claude Code sessions
-    (bench/cli_session.py): its first in a fresh SQLite file, `cli` of them in Postgres."""
+    (bench/cli_session.py): its first in a fresh SQLite file, `cli` of them in Postgres; with
+    `codex`, on real Codex sessions over its WebSocket (bench/codex_session.py)."""
     import forge_record
 
     out: dict[str, float] = {"forge_record": str(Path(forge_record.__file__).resolve().parent)}
@@ -280,6 +284,13 @@ def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0) -> dict[str, fl
                     enumerate(cli_session.sessions(cli, calls))]
         out.update(_sqlite_one("cli_sqlite_one_session", recorded[0], tmp / "cli.db"))
         out.update(_postgres("cli_postgres", recorded))
+    if codex:
+        import codex_session
+
+        # recorded as records (capture stitched them), which record() finalizes as they are
+        recorded = codex_session.sessions(codex, calls)
+        out.update(_sqlite_one("codex_sqlite_one_session", recorded[0], tmp / "codex.db"))
+        out.update(_postgres("codex_postgres", recorded))
     return out
 
 
@@ -392,7 +403,7 @@ def token_bytes(calls: int, tmp: Path) -> None:
               f"{cost / new:.2f} per new token")
 
 
-def baseline(rev: str, calls: int, team: int, cli: int) -> dict[str, float]:
+def baseline(rev: str, calls: int, team: int, cli: int, codex: int) -> dict[str, float]:
     """disk_figures() run by the forge_record of revision `rev` (a git worktree in /tmp, its
     packages laid out as the installed package maps them), with this bench's session."""
     import json
@@ -413,18 +424,18 @@ def baseline(rev: str, calls: int, team: int, cli: int) -> dict[str, float]:
             (pkg / "forge_record" / sub).symlink_to(tree / folder)
     done = subprocess.run(
         [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team),
-         "--cli", str(cli)],
+         "--cli", str(cli), "--codex", str(codex)],
         env={**os.environ, "PYTHONPATH": str(pkg)}, stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
 
-def compare(calls: int, team: int, rev: str | None, cli: int) -> None:
+def compare(calls: int, team: int, rev: str | None, cli: int, codex: int) -> None:
     import forge_record
 
     with tempfile.TemporaryDirectory() as tmp:
-        now = disk_figures(calls, team, Path(tmp), cli)
+        now = disk_figures(calls, team, Path(tmp), cli, codex)
     print(f"4. on disk ({Path(forge_record.__file__).parent})")
-    then = baseline(rev, calls, team, cli) if rev else {}
+    then = baseline(rev, calls, team, cli, codex) if rev else {}
     if then:
         print(f"  revision {rev} imported from {then['forge_record']}")
     for key, value in now.items():
@@ -448,16 +459,20 @@ def main() -> None:
     parser.add_argument("--cli", type=int, default=0, metavar="N",
                         help="on-disk figures on N recorded Claude Code sessions too "
                              "(bench/cli_session.py)")
+    parser.add_argument("--codex", type=int, default=0, metavar="N",
+                        help="on-disk figures on N recorded Codex sessions too "
+                             "(bench/codex_session.py)")
     parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.on_disk_json:
         import json
 
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(disk_figures(args.calls, args.team, Path(tmp), args.cli)))
+            print(json.dumps(disk_figures(args.calls, args.team, Path(tmp), args.cli,
+                                          args.codex)))
         return
     if args.on_disk:
-        compare(args.calls, args.team, args.baseline, args.cli)
+        compare(args.calls, args.team, args.baseline, args.cli, args.codex)
         return
     sent, chains = exchanges(args.calls, 0)
     requests = sum(len(e.raw_request) for e in sent)

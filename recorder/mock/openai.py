@@ -7,7 +7,8 @@ function tool is offered, ask for a shell-ish call of it (Codex's `exec_command`
 or `shell` tool, or else the first function tool with its first property set to the
 command); once a tool result comes back (a `tool` message, a `function_call_output`), answer
 with it; anything else gets a short text. `options["openai_parallel_tools"] = True` asks for
-two calls at once (a second call of the same tool).
+two calls at once (a second call of the same tool). `options["responses_script"]`, a function
+of the request to (text, [{call_id, name, arguments}]), answers Responses calls instead.
 
 Streams are cut the way the APIs cut them: text in short deltas; Chat tool-call arguments
 in fragments by `index` (parallel calls interleaved, the first fragment carrying id, type
@@ -182,6 +183,8 @@ def _chat(mock: MockUpstream, received: Received) -> Reply:
 
 
 def _responses_answer(mock: MockUpstream, request: dict) -> tuple[str, list[dict]]:
+    if script := mock.options.get("responses_script"):
+        return script(request)
     items = request.get("input") or []
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]

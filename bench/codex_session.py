@@ -1,0 +1,132 @@
+"""Real Codex sessions over its Responses WebSocket, recorded: the CLI from npm works through
+a scripted task under `forge-record run`, whose proxy sends api.openai.com to
+forge_record.mock, and every call is kept as the store read it back (records and raw frames).
+
+    sessions(count, calls=150) -> list[list[Exchange]]   recorded once, then cached
+
+What is real is every frame Codex sent, as `run` recorded it: its instructions, its ~18 KB
+of tool schemas resent on every call, its parameters (`client_metadata` with a millisecond
+clock, `previous_response_id`, turn metadata), the warm-up, and each call's new items only,
+the output of commands it really ran. What is scripted is the answers: a sentence and one
+`exec_command` call a call, the command a plan's next step over a fresh copy of this
+repository's source at cli_session.PROJECT_REV (grep, sed, git, ls, wc: cli_session's
+plan), and a closing text. The mock's answers carry no reasoning items: a real model's
+encrypted reasoning would add bytes of its own to every call.
+
+A recording is kept as records because Codex's stored requests are stitched from the
+socket's earlier frames (`previous_response_id`), which only capture sees; they depend on the
+CLI's version, the seed and the number of calls, in .cache/bench-sessions/ (or
+$FORGE_BENCH_SESSIONS).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import cli_session  # bench/ is on sys.path (run from there, or imported by a bench that is)
+import orjson
+import sqlalchemy as sa
+import zstandard
+from gen_session import Words
+
+from forge_record.mock import MockUpstream
+from forge_record.records import Exchange, exchange_from_dict, exchange_to_dict
+from forge_record.store import open_store
+from forge_record.store.reader import read_session
+
+FORMAT = 1
+TASK_MARK = "forge-record-bench-codex-task"
+DUMMY_KEY = "sk-proj-forge-record-bench-dummy-key"  # the mock takes any
+
+
+def codex() -> str | None:
+    local = cli_session.ROOT / ".cache/npm/node_modules/.bin/codex"
+    return str(local) if local.exists() else shutil.which("codex")
+
+
+def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
+    """`count` sessions of one Codex version on one project (seeds 0..count-1)."""
+    cli = codex()
+    if cli is None:
+        sys.exit("Codex is not installed (scripts/test installs it with npm)")
+    version = subprocess.run([cli, "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[-1]
+    out = []
+    for seed in range(count):
+        path = cli_session.CACHE / f"codex-{version}-v{FORMAT}-seed{seed}-calls{calls}.jsonl.zst"
+        if not path.exists():
+            cli_session.CACHE.mkdir(parents=True, exist_ok=True)
+            lines = b"".join(orjson.dumps({
+                "record": exchange_to_dict(ex),
+                "raw_request": base64.b64encode(ex.raw_request).decode(),
+                "raw_response": base64.b64encode(ex.raw_response).decode()}) + b"\n"
+                for ex in record(cli, seed, calls))
+            path.write_bytes(zstandard.ZstdCompressor(level=19).compress(lines))
+        text = zstandard.ZstdDecompressor().decompress(path.read_bytes())
+        out.append([exchange_from_dict(d["record"], base64.b64decode(d["raw_request"]),
+                                       base64.b64decode(d["raw_response"]))
+                    for d in map(orjson.loads, text.splitlines())])
+    return out
+
+
+class Plan:
+    """The mock's answers: one command a call over the project, then a closing text."""
+
+    def __init__(self, seed: int, calls: int, work: Path) -> None:
+        self.steps = cli_session.Script(seed, calls, work)  # its files and command plan
+        self.words = Words(random.Random(1000))
+        self.words.rng = self.steps.rng
+        self.calls, self.made = calls, 0
+
+    def answer(self, request: dict) -> tuple[str, list[dict]]:
+        self.made += 1
+        if self.made >= self.calls:
+            return "Done: " + self.words.sentence(6, 12), []
+        path = self.steps.rng.choice(self.steps.files)
+        command = self.steps.command(path, Path(path).read_text().splitlines())
+        call_id = f"call_{self.steps.rng.getrandbits(96):024x}"
+        return self.words.sentence(4, 10), [{"call_id": call_id, "name": "exec_command",
+                                             "arguments": orjson.dumps({"cmd": command}).decode()}]
+
+
+def record(cli: str, seed: int, calls: int) -> list[Exchange]:
+    with tempfile.TemporaryDirectory(prefix="forge-bench-codex-") as tmp:
+        work = cli_session.checkout(Path(tmp))
+        home, codex_home, forge_home = (Path(tmp) / d for d in ("home", "codex", "forge"))
+        home.mkdir()
+        codex_home.mkdir()
+        plan = Plan(seed, calls, work)
+        with MockUpstream(options={"responses_script": plan.answer}) as mock:
+            env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
+                   "HOME": str(home), "CODEX_HOME": str(codex_home), "TMPDIR": tmp,
+                   "FORGE_RECORD_HOME": str(forge_home), "OPENAI_API_KEY": DUMMY_KEY}
+            task = f"Review the store code of this project, one command at a time ({TASK_MARK})."
+            done = subprocess.run(
+                [cli_session.FORGE, "run", "--upstream", f"api.openai.com={mock.url}", "--",
+                 cli, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                 "--color", "never", "-m", "gpt-5.4", task],
+                env=env, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                timeout=1800)
+            if done.returncode != 0:
+                sys.exit(f"Codex exited {done.returncode}: {done.stderr[-500:]}")
+            if not mock.websockets:
+                sys.exit("Codex did not use its WebSocket")
+        with open_store(f"sqlite:///{forge_home / 'traces.db'}") as store, \
+                store.reading("recorded") as conn:
+            (session_id,) = conn.scalars(sa.text("SELECT id FROM sessions")).all()
+            return list(read_session(conn, session_id, raw=True))
+
+
+if __name__ == "__main__":
+    for n, made in enumerate(sessions(int(sys.argv[1]) if sys.argv[1:] else 1)):
+        raw = sum(len(e.raw_request) + len(e.raw_response) for e in made)
+        print(f"seed {n}: {len(made)} calls; raw {raw / 1e6:.2f} MB; "
+              f"{len({orjson.dumps(e.request.parameters) for e in made if e.request})} "
+              f"distinct parameters")
