@@ -116,17 +116,20 @@ def parameters_blob(parameters: dict[str, Any]) -> bytes:
 
 def parameters_ref(parameters: dict[str, Any], parent: dict[str, Any] | None,
                    parent_ref: str | list | None, keep: Callable[[bytes], str]) -> str | list:
-    """How a manifest names parameters that are not its parent's; `keep(data)` stores a blob
-    and returns its name. They are one blob, unless their parent's reference (`parent_ref`,
-    for `parent`) can carry what changed: then `[base, changes]`, the base blob the parent's
-    reference names and the changes from it (_changes), inline while under INLINE bytes.
-    Codex over its WebSocket sends a new `previous_response_id` and a millisecond clock in
-    `client_metadata` on every call: stored whole, its 1.6 KB of parameters were a new blob,
-    a row and a name a call. Changes are taken from the base, never chained through another
-    call: reading one needs only its base."""
+    """How a manifest names parameters; `keep(data)` stores a blob and returns its name. Equal
+    to their parent's (`parent`, named by `parent_ref`) as canonical bytes, they are named as
+    the parent's are. Else they are one blob, unless the parent's reference can carry what
+    changed: then `[base, changes]`, the base blob the parent's reference names and the
+    changes from it (_changes), inline while under INLINE bytes. Codex over its WebSocket
+    sends a new `previous_response_id` and a millisecond clock in `client_metadata` on every
+    call: stored whole, its 1.6 KB of parameters were a new blob, a row and a name a call.
+    Changes are taken from the base, never chained through another call: reading one needs
+    only its base."""
     if parent is not None and parent_ref is not None:
+        if not (new := _changes(parent, parameters)):
+            return parent_ref
         base, before = (parent_ref, []) if isinstance(parent_ref, str) else parent_ref
-        changes = _then(before, _changes(parent, parameters))
+        changes = _then(before, new)
         if len(canonical_json(changes)) < INLINE:
             return [base, changes]
     return keep(parameters_blob(parameters))

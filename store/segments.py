@@ -299,15 +299,15 @@ class SessionEncoder:
     def _parts(self, request: Request, parent: Seen | None, blobs: dict[str, bytes]) -> dict:
         out = {}
         for part in _PARTS:
-            if parent and getattr(parent.request, part) == getattr(request, part):
+            if part == "parameters":  # numbers compared as written: 1 == 1.0 == True
+                out[part] = content.parameters_ref(
+                    request.parameters, parent and parent.request.parameters,
+                    parent and parent.parts[part], lambda data: self._keep(data, blobs))
+            elif parent and getattr(parent.request, part) == getattr(request, part):
                 out[part] = parent.parts[part]
             elif part == "system":
                 out[part] = content.system_ref(request, parent and parent.request,
                                                lambda data: self._keep(data, blobs))
-            elif part == "parameters":
-                out[part] = content.parameters_ref(
-                    request.parameters, parent and parent.request.parameters,
-                    parent and parent.parts[part], lambda data: self._keep(data, blobs))
             else:
                 out[part] = self._keep(_PART_BLOBS[part](request), blobs)
         return out
