@@ -1,19 +1,17 @@
 """Parameters that differ from their parent's are stored as changes to a base blob
 (store.content.parameters_ref): Codex over its WebSocket sends a new `previous_response_id`
-and a clock on every call. Every exchange still reads back byte for byte, alone and in order,
-written whole or a segment a call, after gc and in a store it was pushed to; on SQLite and
-Postgres. The changes themselves rebuild any parameters exactly (hypothesis)."""
+and a clock on every call. Every exchange still reads back byte for byte, alone and in order
+(and a segment a call, after gc, pushed: test_store_references); on SQLite and Postgres. The
+changes themselves rebuild any parameters exactly (hypothesis)."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import (
     count,
-    make_session,
     reads_back,
     realistic_exchanges,
     stamped,
@@ -21,11 +19,7 @@ from support import (
 )
 
 from forge_record.identity import canonical_json
-from forge_record.store import content, gc, open_store
-from forge_record.store import push as pushing
-from forge_record.store.items import AddExchange
-
-DAY = 86400.0
+from forge_record.store import content
 
 
 def test_parameters_that_change_on_every_call_cost_no_blob_a_call(store, store_url):
@@ -61,42 +55,6 @@ def test_numbers_read_back_as_they_were_written(store):
 
     assert written(store.iter_exchanges("s", raw=True)) == written(sent)
     assert written([store.get_exchange("s", sent[3].seq, raw=True)]) == written(sent[3:4])
-
-
-def test_written_a_segment_a_call_it_reads_back(store, monkeypatch):
-    from forge_record.store import batch
-
-    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # each call's segment resumes the last's
-    sent = stamped(realistic_exchanges(20))
-    store.add_session(make_session("s"))
-    for ex in sent:
-        store.write([AddExchange("s", ex)])
-    reads_back(store, "s", sent)
-
-
-def test_gc_keeps_the_base_a_remaining_session_names(store):
-    """"new" is the start of "old"'s conversation: its parameters' base is a blob in old's
-    pack group (a base is also named whole by the session's call that wrote it: parents are
-    in the same session)."""
-    old = stamped(realistic_exchanges(30))
-    write_session(store, "old", old, started_at=time.time() - 40 * DAY)
-    write_session(store, "new", old[:4], started_at=time.time() - DAY)
-
-    report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)
-
-    assert report.sessions == 1 and report.blobs > 0
-    reads_back(store, "new", old[:4])
-
-
-def test_push_copies_the_base(store_url, tmp_path):
-    sent = stamped(realistic_exchanges(20))
-    local = f"sqlite:///{tmp_path / 'local.db'}"
-    with open_store(local) as source:
-        write_session(source, "s", sent)
-    with open_store(local) as source, open_store(store_url) as target:
-        report = pushing.push(source, target, pushing.plan(source, target, ["s"]))
-        assert report.exchanges == len(sent)
-        reads_back(target, "s", sent)
 
 
 # --- the reference itself ------------------------------------------------------------------

@@ -1,29 +1,22 @@
 """A system prompt that differs from its parent's only in small blocks is stored in parts
 (store.content.system_ref): Claude Code, talking to api.anthropic.com, starts its system prompt
 with a billing block whose `cch` changes on every call. Every exchange still reads back
-byte for byte, alone and in order, written whole or a segment a call, after gc and in a store
-it was pushed to; on SQLite and Postgres."""
+byte for byte, alone and in order (and a segment a call, after gc, pushed:
+test_store_references); on SQLite and Postgres."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from support import (
     billed,
     count,
-    make_session,
     reads_back,
     realistic_exchanges,
     write_session,
 )
 
 from forge_record.records import Request, Text
-from forge_record.store import content, gc, open_store
-from forge_record.store import push as pushing
-from forge_record.store.items import AddExchange
-
-DAY = 86400.0
+from forge_record.store import content
 
 
 def test_a_billing_block_that_changes_on_every_call_costs_no_blob_a_call(store, store_url):
@@ -39,41 +32,6 @@ def test_a_billing_block_that_changes_on_every_call_costs_no_blob_a_call(store, 
     # every call's prompt was one.
     assert count(store_url, "blobs") - before < len(sent) / 4
     reads_back(store, "billed", sent)
-
-
-def test_written_a_segment_a_call_it_reads_back(store, monkeypatch):
-    from forge_record.store import batch
-
-    monkeypatch.setattr(batch, "ENCODER_BYTES", 1)  # each call's segment resumes the last's
-    sent = billed(realistic_exchanges(20))
-    store.add_session(make_session("s"))
-    for ex in sent:
-        store.write([AddExchange("s", ex)])
-    reads_back(store, "s", sent)
-
-
-def test_gc_keeps_the_parts_a_remaining_session_names(store):
-    """"new" is the start of "old"'s conversation: its prompts' big block is a blob in old's
-    pack group, named only as a part."""
-    old = billed(realistic_exchanges(30))
-    write_session(store, "old", old, started_at=time.time() - 40 * DAY)
-    write_session(store, "new", old[:4], started_at=time.time() - DAY)
-
-    report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)
-
-    assert report.sessions == 1 and report.blobs > 0
-    reads_back(store, "new", old[:4])
-
-
-def test_push_copies_the_parts(store_url, tmp_path):
-    sent = billed(realistic_exchanges(20))
-    local = f"sqlite:///{tmp_path / 'local.db'}"
-    with open_store(local) as source:
-        write_session(source, "s", sent)
-    with open_store(local) as source, open_store(store_url) as target:
-        report = pushing.push(source, target, pushing.plan(source, target, ["s"]))
-        assert report.exchanges == len(sent)
-        reads_back(target, "s", sent)
 
 
 # --- the reference itself ------------------------------------------------------------------
