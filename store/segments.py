@@ -302,7 +302,8 @@ class SessionEncoder:
             if part == "parameters":  # numbers compared as written: 1 == 1.0 == True
                 out[part] = content.parameters_ref(
                     request.parameters, parent and parent.request.parameters,
-                    parent and parent.parts[part], lambda data: self._keep(data, blobs))
+                    parent and parent.parts[part], lambda data: self._keep(data, blobs),
+                    fresh=self.pieces == 0)
             elif parent and getattr(parent.request, part) == getattr(request, part):
                 out[part] = parent.parts[part]
             elif part == "system":

@@ -204,10 +204,11 @@ def billed(exchanges: list[Exchange]) -> list[Exchange]:
     return out
 
 
-def stamped(exchanges: list[Exchange]) -> list[Exchange]:
+def stamped(exchanges: list[Exchange], clock: bool = True) -> list[Exchange]:
     """The exchanges with parameters that change on every call as Codex's over its WebSocket
     do: a new `previous_response_id` and, nested in `client_metadata`, a millisecond clock;
-    a turn id there that changes every 10 calls (raw body and record alike)."""
+    a turn id there that changes every 10 calls (raw body and record alike). Without `clock`
+    only the turn id changes, as Codex's over HTTP and Qwen Code's do."""
     from forge_record.decoders import anthropic_messages
 
     out = []
@@ -215,9 +216,11 @@ def stamped(exchanges: list[Exchange]) -> list[Exchange]:
         body = orjson.loads(ex.raw_request)
         body["client_metadata"] = {
             "session_id": "01a24391-5035-7340-9b7e-8cbb2c3c50cb",
-            "turn_id": f"01a24391-508a-7f21-bdca-{n // 10:012x}",
-            "x-codex-ws-stream-request-start-ms": str(1796429926541 + 2713 * n)}
-        if n:
+            "turn_id": f"01a24391-508a-7f21-bdca-{n // 10:012x}"}
+        if clock:
+            body["client_metadata"]["x-codex-ws-stream-request-start-ms"] = str(
+                1796429926541 + 2713 * n)
+        if n and clock:
             body["previous_response_id"] = f"resp_{(n * 2654435761) % 2**128:032x}"
         raw = orjson.dumps(body)
         out.append(dataclasses.replace(ex, raw_request=raw,

@@ -141,3 +141,21 @@ def test_a_call_with_no_parent_names_a_blob_and_one_with_its_parents_names_them_
     (first, second, third, fourth), kept = refs(clocked(0), clocked(0), clocked(1), clocked(1))
     assert first == second == "n0" and kept == {"n0": canonical_json(clocked(0))}
     assert third == fourth == ["n0", [[["client_metadata", "clock_ms"], "1"]]]
+
+
+def test_a_stream_that_starts_over_names_changes_the_parent_made_by_a_blob():
+    """`fresh`: the manifest stream starts at this exchange (a segment a call), where the
+    changes would be paid for in full on every call of the turn; new changes stay inline."""
+    kept: dict[str, bytes] = {}
+
+    def keep(data: bytes) -> str:
+        kept[name := f"n{len(kept)}"] = data
+        return name
+
+    base = content.parameters_ref(clocked(0), None, None, keep)
+    turn = content.parameters_ref(clocked(1), clocked(0), base, keep, fresh=True)
+    assert turn == ["n0", [[["client_metadata", "clock_ms"], "1"]]]
+    assert content.parameters_ref(clocked(1), clocked(1), turn, keep) == turn
+    again = content.parameters_ref(clocked(1), clocked(1), turn, keep, fresh=True)
+    assert again == "n1" and kept["n1"] == canonical_json(clocked(1))
+    assert content.parameters_ref(clocked(1), clocked(1), again, keep, fresh=True) == "n1"

@@ -17,6 +17,7 @@ from forge_record.store.items import AddExchange
 
 DAY = 86400.0
 SHAPES = {"system in parts": billed, "parameters as changes": stamped,
+          "parameters changed once a turn": lambda exchanges: stamped(exchanges, clock=False),
           "both": lambda exchanges: billed(stamped(exchanges))}
 
 
