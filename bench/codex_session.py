@@ -43,7 +43,7 @@ from forge_record.store.reader import read_session
 
 FORMAT = 1
 TASK_MARK = "forge-record-bench-codex-task"
-DUMMY_KEY = "sk-proj-forge-record-bench-dummy-key"  # the mock takes any
+DUMMY_KEY = "forge-record-bench-dummy-key"  # the mock takes any
 
 
 def codex() -> str | None:
