@@ -1,14 +1,14 @@
 """Content addressing: records cut into canonical JSON blobs named by hash, and back.
 
-No SQL. A request is stored as references: its system prompt, its tool list
-and its other parameters are one blob each (a system prompt that changed only in small blocks
-is named block by block: system_ref; parameters may be named as changes to another call's:
-parameters_ref), and every message is a blob (`{"role", "content"}`,
-blocks inline). The response's content is a blob of the same shape (role "assistant"), so the
-next request, which repeats that answer as its last assistant message, references the same
-blob. A blob's bytes are `identity.canonical_json` of plain dicts, and its name is
-`identity.blob_name` of them (`c1:` + the first 128 bits of their sha256); identity.py says
-why the prefix versions the canonical form and why a dataclass is refused there.
+No SQL. A request is stored as references: its system prompt, its tool list and its other
+parameters are one blob each (a system prompt that changed only in small blocks is named block
+by block: system_ref; parameters that changed, as changes to a blob: parameters_ref), and every
+message is a blob (`{"role", "content"}`, blocks inline). The response's content is a blob of
+the same shape (role "assistant"), so the next request, which repeats that answer as its last
+assistant message, references the same blob. A blob's bytes are `identity.canonical_json` of
+plain dicts, and its name is `identity.blob_name` of them (`c1:` + the first 128 bits of their
+sha256); identity.py says why the prefix versions the canonical form and why a dataclass is
+refused there.
 
 A manifest is what an exchange keeps besides blobs: every field of the record that is not
 content (as records.exchange_to_dict has them), the blob names, and how its message list
