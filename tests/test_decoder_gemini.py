@@ -544,3 +544,33 @@ def test_request_text_parts_keep_their_boundaries():
     request = GENERATE.parse_request(orjson.dumps({"contents": [content]}))
     assert request.messages[0].content == [Text(text="<session_context>…</session_context>"),
                                            Text(text="Run the tests")]
+
+
+# --- the mock in JSON mode, read by the official SDK ----------------------------------------
+
+
+@pytest.mark.parametrize("schema_as", ["response_json_schema", "response_schema"])
+def test_the_mock_answers_json_mode_with_json_its_schema_accepts(schema_as):
+    """Gemini CLI's loop check (after 30 turns) asks for JSON; the real API answers JSON, so
+    the mock must too (it answered "OK from the mock.", and the CLI logged a parse error)."""
+    import pydantic
+
+    class Check(pydantic.BaseModel):
+        analysis: str
+        confidence: float
+        speaker: str = pydantic.Field(json_schema_extra={"enum": ["user", "model"]})
+        tags: list[str]
+        done: bool
+
+    schema = Check.model_json_schema() if schema_as == "response_json_schema" else Check
+    with MockUpstream() as mock:
+        client = genai.Client(api_key="AIza-dummy", http_options=genai_types.HttpOptions(
+            base_url=mock.url, retry_options=genai_types.HttpRetryOptions(attempts=1)))
+        response = client.models.generate_content(
+            model="gemini-2.5-flash", contents="Is this conversation looping?",
+            config=genai_types.GenerateContentConfig(response_mime_type="application/json",
+                                                     **{schema_as: schema}))
+        plain = client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    assert Check.model_validate_json(response.text) == Check(
+        analysis="", confidence=0, speaker="user", tags=[], done=False)
+    assert plain.text == "OK from the mock."

@@ -8,11 +8,12 @@ unwrapped and whose every chunk is wrapped as `{response, traceId}`.
 What it answers comes from a script, a function from the (unwrapped) request to a candidate
 (`{"parts": [...], "finishReason": ...}`), `options["gemini_script"]` (default `agent_script`):
 a `run_shell_command` call when the newest user text carries TOOL_MARKER and that tool is
-offered, the tool's output once its functionResponse comes back, a short text otherwise. With
-`thinkingConfig.includeThoughts` it thinks first (a thought part, and a thoughtSignature on
-the next part). Streams are cut the way the API cuts them: text a few words per chunk, a
-function call whole, usage on every chunk, the finishReason on the last. Everything derives
-from the request body, so the same request always gets the same bytes.
+offered, the tool's output once its functionResponse comes back, a short text otherwise (JSON
+when the request asks for it: short_text). With `thinkingConfig.includeThoughts` it thinks
+first (a thought part, and a thoughtSignature on the next part). Streams are cut the way the
+API cuts them: text a few words per chunk, a function call whole, usage on every chunk, the
+finishReason on the last. Everything derives from the request body, so the same request always
+gets the same bytes.
 """
 
 from __future__ import annotations
@@ -69,7 +70,34 @@ def agent_script(request: dict) -> dict:
                 "args": {"command": f"printf '%s-output-%d\\n' {TOOL_MARKER} 42"}}
         return {"parts": [{"text": "I'll run that command."}, {"functionCall": call}],
                 "finishReason": "STOP"}
-    return {"parts": [{"text": "OK from the mock."}], "finishReason": "STOP"}
+    return {"parts": [{"text": short_text(request)}], "finishReason": "STOP"}
+
+
+def short_text(request: dict) -> str:
+    """"OK from the mock.", or, when the request asks for JSON (`responseMimeType`), the
+    least JSON its schema allows, as the API answers in JSON mode: Gemini CLI's loop check
+    (after 30 turns) and next-speaker check parse the answer, and logged an error on text."""
+    config = _get(request, "generationConfig", "generation_config") or {}
+    if _get(config, "responseMimeType", "response_mime_type") != "application/json":
+        return "OK from the mock."
+    schema = (_get(config, "responseJsonSchema", "response_json_schema")
+              or _get(config, "responseSchema", "response_schema") or {})
+    return orjson.dumps(_least(schema)).decode()
+
+
+def _least(schema: Any) -> Any:
+    """The smallest value a JSON schema (or the API's OpenAPI-style `responseSchema`, types
+    in capitals) accepts, required properties only: the first of an enum, "", 0, false, [],
+    {}."""
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = str(schema.get("type", "")).lower()
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: _least(properties.get(name)) for name in schema.get("required") or ()}
+    return {"string": "", "number": 0, "integer": 0, "boolean": False, "array": []}.get(kind)
 
 
 def _with_thinking(candidate: dict, body: bytes) -> dict:
