@@ -13,17 +13,14 @@ repository's source at cli_session.PROJECT_REV (grep, sed, git, ls, wc: cli_sess
 plan), and a closing text. The mock's answers carry no reasoning items: a real model's
 encrypted reasoning would add bytes of its own to every call.
 
-A recording is kept as records because Codex's stored requests are stitched from the
-socket's earlier frames (`previous_response_id`), which only capture sees; they depend on the
-CLI's version, the seed and the number of calls, in .cache/bench-sessions/ (or
-$FORGE_BENCH_SESSIONS).
+A recording is kept as records (bench/recorded.py) because Codex's stored requests are
+stitched from the socket's earlier frames (`previous_response_id`), which only capture sees;
+it depends on the CLI's version, the seed and the number of calls.
 """
 
 from __future__ import annotations
 
-import base64
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -32,14 +29,10 @@ from pathlib import Path
 
 import cli_session  # bench/ is on sys.path (run from there, or imported by a bench that is)
 import orjson
-import sqlalchemy as sa
-import zstandard
-from gen_session import Words
+import recorded
 
 from forge_record.mock import MockUpstream
-from forge_record.records import Exchange, exchange_from_dict, exchange_to_dict
-from forge_record.store import open_store
-from forge_record.store.reader import read_session
+from forge_record.records import Exchange
 
 FORMAT = 1
 TASK_MARK = "forge-record-bench-codex-task"
@@ -58,42 +51,9 @@ def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
         sys.exit("Codex is not installed (scripts/test installs it with npm)")
     version = subprocess.run([cli, "--version"], capture_output=True, text=True,
                              check=True).stdout.split()[-1]
-    out = []
-    for seed in range(count):
-        path = cli_session.CACHE / f"codex-{version}-v{FORMAT}-seed{seed}-calls{calls}.jsonl.zst"
-        if not path.exists():
-            cli_session.CACHE.mkdir(parents=True, exist_ok=True)
-            lines = b"".join(orjson.dumps({
-                "record": exchange_to_dict(ex),
-                "raw_request": base64.b64encode(ex.raw_request).decode(),
-                "raw_response": base64.b64encode(ex.raw_response).decode()}) + b"\n"
-                for ex in record(cli, seed, calls))
-            path.write_bytes(zstandard.ZstdCompressor(level=19).compress(lines))
-        text = zstandard.ZstdDecompressor().decompress(path.read_bytes())
-        out.append([exchange_from_dict(d["record"], base64.b64decode(d["raw_request"]),
-                                       base64.b64decode(d["raw_response"]))
-                    for d in map(orjson.loads, text.splitlines())])
-    return out
-
-
-class Plan:
-    """The mock's answers: one command a call over the project, then a closing text."""
-
-    def __init__(self, seed: int, calls: int, work: Path) -> None:
-        self.steps = cli_session.Script(seed, calls, work)  # its files and command plan
-        self.words = Words(random.Random(1000))
-        self.words.rng = self.steps.rng
-        self.calls, self.made = calls, 0
-
-    def answer(self, request: dict) -> tuple[str, list[dict]]:
-        self.made += 1
-        if self.made >= self.calls:
-            return "Done: " + self.words.sentence(6, 12), []
-        path = self.steps.rng.choice(self.steps.files)
-        command = self.steps.command(path, Path(path).read_text().splitlines())
-        call_id = f"call_{self.steps.rng.getrandbits(96):024x}"
-        return self.words.sentence(4, 10), [{"call_id": call_id, "name": "exec_command",
-                                             "arguments": orjson.dumps({"cmd": command}).decode()}]
+    return [recorded.cached(f"codex-{version}-v{FORMAT}-seed{seed}-calls{calls}",
+                            lambda seed=seed: record(cli, seed, calls))
+            for seed in range(count)]
 
 
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:
@@ -102,8 +62,15 @@ def record(cli: str, seed: int, calls: int) -> list[Exchange]:
         home, codex_home, forge_home = (Path(tmp) / d for d in ("home", "codex", "forge"))
         home.mkdir()
         codex_home.mkdir()
-        plan = Plan(seed, calls, work)
-        with MockUpstream(options={"responses_script": plan.answer}) as mock:
+        plan = recorded.Plan(seed, calls, work)
+
+        def answer(request: dict) -> tuple[str, list[dict]]:
+            text, command, call_id = plan.step()
+            return text, [{"call_id": f"call_{call_id}", "name": "exec_command",
+                           "arguments": orjson.dumps({"cmd": command}).decode()}
+                          ] if command else []
+
+        with MockUpstream(options={"responses_script": answer}) as mock:
             env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
                    "HOME": str(home), "CODEX_HOME": str(codex_home), "TMPDIR": tmp,
                    "FORGE_RECORD_HOME": str(forge_home), "OPENAI_API_KEY": DUMMY_KEY}
@@ -118,10 +85,7 @@ def record(cli: str, seed: int, calls: int) -> list[Exchange]:
                 sys.exit(f"Codex exited {done.returncode}: {done.stderr[-500:]}")
             if not mock.websockets:
                 sys.exit("Codex did not use its WebSocket")
-        with open_store(f"sqlite:///{forge_home / 'traces.db'}") as store, \
-                store.reading("recorded") as conn:
-            (session_id,) = conn.scalars(sa.text("SELECT id FROM sessions")).all()
-            return list(read_session(conn, session_id, raw=True))
+        return recorded.stored(forge_home)
 
 
 if __name__ == "__main__":

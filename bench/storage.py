@@ -2,8 +2,8 @@
 costs per exchange, and how fast any exchange reads back.
 
     .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
-                                      [--team 20] [--cli N] [--codex N] [--baseline REV]
-                                      [--on-disk]
+                                      [--team 20] [--cli N] [--codex N] [--gemini N]
+                                      [--baseline REV] [--on-disk]
 
 The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
 ~20 KB of tools, file contents and command output in tool results, a moving cache_control
@@ -24,7 +24,8 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    `--team` sessions of one harness version in a fresh Postgres, one more written a segment
    a call; with `--cli N` the first two on N recorded real Claude Code sessions too
    (bench/cli_session.py), with `--codex N` on N recorded real Codex sessions over its
-   WebSocket (bench/codex_session.py); with `--baseline REV` at REV as well, in the same run.
+   WebSocket (bench/codex_session.py), with `--gemini N` on N recorded real Gemini CLI
+   sessions (bench/gemini_session.py); with `--baseline REV` at REV as well, in the same run.
 Speed figures are what this machine measured; nothing here asserts them.
 """
 
@@ -262,14 +263,15 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
 TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
 
 
-def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
-                 codex: int = 0) -> dict[str, float]:
+def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0, codex: int = 0,
+                 gemini: int = 0) -> dict[str, float]:
     """The figures issue 21 asks for, with whatever forge_record this process imports: one
     session in a fresh SQLite file after a checkpoint, and `team` sessions of one harness
     version and project in one fresh Postgres database (every relation, with indexes, TOAST
     and map forks). With `cli`, the same two on real Claude Code sessions
     (bench/cli_session.py): its first in a fresh SQLite file, `cli` of them in Postgres; with
-    `codex`, on real Codex sessions over its WebSocket (bench/codex_session.py)."""
+    `codex` and `gemini`, on real Codex sessions over its WebSocket and real Gemini CLI
+    sessions (bench/codex_session.py, bench/gemini_session.py)."""
     import forge_record
 
     out: dict[str, float] = {"forge_record": str(Path(forge_record.__file__).resolve().parent)}
@@ -284,13 +286,17 @@ def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
                     enumerate(cli_session.sessions(cli, calls))]
         out.update(_sqlite_one("cli_sqlite_one_session", recorded[0], tmp / "cli.db"))
         out.update(_postgres("cli_postgres", recorded))
-    if codex:
-        import codex_session
+    import codex_session
+    import gemini_session
 
-        # recorded as records (capture stitched them), which record() finalizes as they are
-        recorded = codex_session.sessions(codex, calls)
-        out.update(_sqlite_one("codex_sqlite_one_session", recorded[0], tmp / "codex.db"))
-        out.update(_postgres("codex_postgres", recorded))
+    for name, module, count in (("codex", codex_session, codex),
+                                ("gemini", gemini_session, gemini)):
+        if count:
+            # recorded as records (bench/recorded.py), which record() finalizes as they are
+            recorded = module.sessions(count, calls)
+            out.update(_sqlite_one(f"{name}_sqlite_one_session", recorded[0],
+                                   tmp / f"{name}.db"))
+            out.update(_postgres(f"{name}_postgres", recorded))
     return out
 
 
@@ -403,7 +409,8 @@ def token_bytes(calls: int, tmp: Path) -> None:
               f"{cost / new:.2f} per new token")
 
 
-def baseline(rev: str, calls: int, team: int, cli: int, codex: int) -> dict[str, float]:
+def baseline(rev: str, calls: int, team: int, cli: int, codex: int,
+             gemini: int) -> dict[str, float]:
     """disk_figures() run by the forge_record of revision `rev` (a git worktree in /tmp, its
     packages laid out as the installed package maps them), with this bench's session."""
     import json
@@ -424,18 +431,19 @@ def baseline(rev: str, calls: int, team: int, cli: int, codex: int) -> dict[str,
             (pkg / "forge_record" / sub).symlink_to(tree / folder)
     done = subprocess.run(
         [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team),
-         "--cli", str(cli), "--codex", str(codex)],
+         "--cli", str(cli), "--codex", str(codex), "--gemini", str(gemini)],
         env={**os.environ, "PYTHONPATH": str(pkg)}, stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
 
-def compare(calls: int, team: int, rev: str | None, cli: int, codex: int) -> None:
+def compare(calls: int, team: int, rev: str | None, cli: int, codex: int,
+            gemini: int) -> None:
     import forge_record
 
     with tempfile.TemporaryDirectory() as tmp:
-        now = disk_figures(calls, team, Path(tmp), cli, codex)
+        now = disk_figures(calls, team, Path(tmp), cli, codex, gemini)
     print(f"4. on disk ({Path(forge_record.__file__).parent})")
-    then = baseline(rev, calls, team, cli, codex) if rev else {}
+    then = baseline(rev, calls, team, cli, codex, gemini) if rev else {}
     if then:
         print(f"  revision {rev} imported from {then['forge_record']}")
     for key, value in now.items():
@@ -462,6 +470,9 @@ def main() -> None:
     parser.add_argument("--codex", type=int, default=0, metavar="N",
                         help="on-disk figures on N recorded Codex sessions too "
                              "(bench/codex_session.py)")
+    parser.add_argument("--gemini", type=int, default=0, metavar="N",
+                        help="on-disk figures on N recorded Gemini CLI sessions too "
+                             "(bench/gemini_session.py)")
     parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.on_disk_json:
@@ -469,10 +480,10 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(disk_figures(args.calls, args.team, Path(tmp), args.cli,
-                                          args.codex)))
+                                          args.codex, args.gemini)))
         return
     if args.on_disk:
-        compare(args.calls, args.team, args.baseline, args.cli, args.codex)
+        compare(args.calls, args.team, args.baseline, args.cli, args.codex, args.gemini)
         return
     sent, chains = exchanges(args.calls, 0)
     requests = sum(len(e.raw_request) for e in sent)

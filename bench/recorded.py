@@ -1,0 +1,71 @@
+"""Real CLI sessions recorded through `forge-record run` and kept as the store read them back:
+records and raw bodies, which any revision's writer can store again (bench/storage.py). Used
+by the benches of CLIs whose stored requests capture builds from more than one request's
+bytes (Codex's WebSocket: bench/codex_session.py), or whose raw bodies are all a bench needs
+(bench/gemini_session.py). Cached in .cache/bench-sessions/ (or $FORGE_BENCH_SESSIONS).
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import cli_session  # bench/ is on sys.path (run from there, or imported by a bench that is)
+import orjson
+import sqlalchemy as sa
+import zstandard
+from gen_session import Words
+
+from forge_record.records import Exchange, exchange_from_dict, exchange_to_dict
+from forge_record.store import open_store
+from forge_record.store.reader import read_session
+
+
+def cached(name: str, record: Callable[[], list[Exchange]]) -> list[Exchange]:
+    """The session cached under `name`, recorded first if it is not."""
+    path = cli_session.CACHE / f"{name}.jsonl.zst"
+    if not path.exists():
+        cli_session.CACHE.mkdir(parents=True, exist_ok=True)
+        lines = b"".join(orjson.dumps({
+            "record": exchange_to_dict(ex),
+            "raw_request": base64.b64encode(ex.raw_request).decode(),
+            "raw_response": base64.b64encode(ex.raw_response).decode()}) + b"\n"
+            for ex in record())
+        path.write_bytes(zstandard.ZstdCompressor(level=19).compress(lines))
+    text = zstandard.ZstdDecompressor().decompress(path.read_bytes())
+    return [exchange_from_dict(d["record"], base64.b64decode(d["raw_request"]),
+                               base64.b64decode(d["raw_response"]))
+            for d in map(orjson.loads, text.splitlines())]
+
+
+def stored(forge_home: Path) -> list[Exchange]:
+    """Every exchange of the one session a `run` recorded into forge_home's store."""
+    with open_store(f"sqlite:///{forge_home / 'traces.db'}") as store, \
+            store.reading("recorded") as conn:
+        (session_id,) = conn.scalars(sa.text("SELECT id FROM sessions")).all()
+        return list(read_session(conn, session_id, raw=True))
+
+
+class Plan:
+    """A scripted mock's answers for these benches: a sentence and a command over the project
+    (cli_session's plan: grep, sed, git, ls, wc) a call, then a closing sentence."""
+
+    def __init__(self, seed: int, calls: int, work: Path) -> None:
+        self.steps = cli_session.Script(seed, calls, work)  # its files and command plan
+        self.rng = self.steps.rng
+        self.words = Words(random.Random(1000))
+        self.words.rng = self.rng
+        self.calls, self.made = calls, 0
+
+    def step(self) -> tuple[str, str | None, str]:
+        """(what the model says, the command it runs or None on the last call, 24 hex digits
+        for the call's id)."""
+        self.made += 1
+        if self.made >= self.calls:
+            return "Done: " + self.words.sentence(6, 12), None, ""
+        path = self.rng.choice(self.steps.files)
+        command = self.steps.command(path, Path(path).read_text().splitlines())
+        call_id = f"{self.rng.getrandbits(96):024x}"
+        return self.words.sentence(4, 10), command, call_id
