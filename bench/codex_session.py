@@ -21,7 +21,6 @@ it depends on the CLI's version, the seed and the number of calls.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,21 +38,9 @@ TASK_MARK = "forge-record-bench-codex-task"
 DUMMY_KEY = "forge-record-bench-dummy-key"  # the mock takes any
 
 
-def codex() -> str | None:
-    local = cli_session.ROOT / ".cache/npm/node_modules/.bin/codex"
-    return str(local) if local.exists() else shutil.which("codex")
-
-
 def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
     """`count` sessions of one Codex version on one project (seeds 0..count-1)."""
-    cli = codex()
-    if cli is None:
-        sys.exit("Codex is not installed (scripts/test installs it with npm)")
-    version = subprocess.run([cli, "--version"], capture_output=True, text=True,
-                             check=True).stdout.split()[-1]
-    return [recorded.cached(f"codex-{version}-v{FORMAT}-seed{seed}-calls{calls}",
-                            lambda seed=seed: record(cli, seed, calls))
-            for seed in range(count)]
+    return recorded.sessions("codex", "Codex", FORMAT, count, calls, record)
 
 
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:

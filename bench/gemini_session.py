@@ -16,7 +16,6 @@ get the mock's short text, or the least JSON their schema accepts.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,21 +40,9 @@ SETTINGS = {  # an API key, no telemetry, no updates, no folder trust prompt
 }
 
 
-def gemini() -> str | None:
-    local = cli_session.ROOT / ".cache/npm/node_modules/.bin/gemini"
-    return str(local) if local.exists() else shutil.which("gemini")
-
-
 def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
     """`count` sessions of one Gemini CLI version on one project (seeds 0..count-1)."""
-    cli = gemini()
-    if cli is None:
-        sys.exit("Gemini CLI is not installed (scripts/test installs it with npm)")
-    version = subprocess.run([cli, "--version"], capture_output=True, text=True,
-                             check=True).stdout.split()[-1]
-    return [recorded.cached(f"gemini-{version}-v{FORMAT}-seed{seed}-calls{calls}",
-                            lambda seed=seed: record(cli, seed, calls))
-            for seed in range(count)]
+    return recorded.sessions("gemini", "Gemini CLI", FORMAT, count, calls, record)
 
 
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:

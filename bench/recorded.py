@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import base64
 import random
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +24,22 @@ from gen_session import Words
 from forge_record.records import Exchange, exchange_from_dict, exchange_to_dict
 from forge_record.store import open_store
 from forge_record.store.reader import read_session
+
+
+def sessions(command: str, label: str, fmt: int, count: int, calls: int,
+             record: Callable[[str, int, int], list[Exchange]]) -> list[list[Exchange]]:
+    """`count` sessions (seeds 0..count-1) of one version of the npm CLI `command` (`label`
+    in messages), each `record(path, seed, calls)` once, then cached; `fmt` names the
+    bench's recording format (a new script makes recordings of its own)."""
+    local = cli_session.ROOT / ".cache/npm/node_modules/.bin" / command
+    cli = str(local) if local.exists() else shutil.which(command)
+    if cli is None:
+        sys.exit(f"{label} is not installed (scripts/test installs it with npm)")
+    version = subprocess.run([cli, "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[-1]
+    return [cached(f"{command}-{version}-v{fmt}-seed{seed}-calls{calls}",
+                   lambda seed=seed: record(cli, seed, calls))
+            for seed in range(count)]
 
 
 def cached(name: str, record: Callable[[], list[Exchange]]) -> list[Exchange]:
