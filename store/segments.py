@@ -64,13 +64,6 @@ HELD = 4
 REACH = 16
 HEADS = 2
 PACK_IDLE = 600.0  # less than gc.GRACE
-# A request's parts besides its messages, and how each is made a blob (the system prompt,
-# maybe several: content.system_ref; parameters, maybe changes to another's:
-# content.parameters_ref).
-_PART_BLOBS = {"system": content.system_blob,
-               "tools": lambda request: content.tools_blob(request.tools),
-               "parameters": lambda request: content.parameters_blob(request.parameters)}
-_PARTS = tuple(_PART_BLOBS)
 
 
 @dataclass
@@ -297,21 +290,23 @@ class SessionEncoder:
         return ref, base.tokens_depth + 1 if base and keep else 0
 
     def _parts(self, request: Request, parent: Seen | None, blobs: dict[str, bytes]) -> dict:
-        out = {}
-        for part in _PARTS:
-            if part == "parameters":  # numbers compared as written: 1 == 1.0 == True
-                out[part] = content.parameters_ref(
-                    request.parameters, parent and parent.request.parameters,
-                    parent and parent.parts[part], lambda data: self._keep(data, blobs),
-                    fresh=self.pieces == 0)
-            elif parent and getattr(parent.request, part) == getattr(request, part):
-                out[part] = parent.parts[part]
-            elif part == "system":
-                out[part] = content.system_ref(request, parent and parent.request,
-                                               lambda data: self._keep(data, blobs))
-            else:
-                out[part] = self._keep(_PART_BLOBS[part](request), blobs)
-        return out
+        """The manifest's references to the request's system prompt, tools and parameters:
+        the parent's where they are the parent's, else content.system_ref, a tools blob and
+        content.parameters_ref (which compares parameters itself, as written: in Python
+        1 == 1.0 == True)."""
+        def keep(data: bytes) -> str:
+            return self._keep(data, blobs)
+
+        before = parent.request if parent else None
+        return {
+            "system": parent.parts["system"] if before and before.system == request.system
+            else content.system_ref(request, before, keep),
+            "tools": parent.parts["tools"] if before and before.tools == request.tools
+            else keep(content.tools_blob(request.tools)),
+            "parameters": content.parameters_ref(
+                request.parameters, before and before.parameters,
+                parent and parent.parts["parameters"], keep, fresh=self.pieces == 0),
+        }
 
     def _keep(self, data: bytes, blobs: dict[str, bytes]) -> str:
         blob = blob_name(data)
@@ -341,7 +336,7 @@ class SessionEncoder:
             # records make equal blobs, so those are made again from the request (the whole
             # system prompt and parameters always: they may be named in parts).
             parts = [content.system_blob(request),
-                     self._bytes.get(refs["tools"]) or _PART_BLOBS["tools"](request),
+                     self._bytes.get(refs["tools"]) or content.tools_blob(request.tools),
                      content.parameters_blob(request.parameters)]
             messages = [self._bytes.get(n) or content.message_blob(m)
                         for n, m in zip(names, request.messages, strict=True)]
