@@ -11,8 +11,9 @@ the same two points. `hint` is bytes the reader also has: the blobs of the messa
 exchange added, so text that first appeared in the normalized record costs nothing twice.
 A body with no parent is a keyframe, b"K" zstd(body, prefix = hint), where the hint holds
 every blob of the request: compressed against its own normalized content, a keyframe of a
-500 KB body costs a few KB. A request frame marked b"W" (RENDERED) has for hint those blobs
-rendered in the dialect's wire form (store.wire), which a body matches in a few long runs.
+500 KB body costs a few KB. A request frame may start with a rendering's mark (store.wire:
+b"W", b"G"): its hint is then those blobs rendered in the dialect's wire form, which a body
+matches in a few long runs.
 The writer makes every RAW_KEYFRAME_EVERY-th body of a chain a keyframe, so rebuilding any
 body decompresses at most that many frames.
 
@@ -40,28 +41,25 @@ RESPONSE_LEVEL = 6
 KEYFRAME_LEVEL = 9
 
 
-# A raw request frame whose hint is its blobs rendered in the wire form (store.wire), not the
-# blobs themselves: b"W" then the K or D frame. Rendered keyframes carry zstd's checksum.
-RENDERED = b"W"
-
 
 def encode(body: bytes, parent: bytes | None, hint: bytes,
-           level: int = compression.LEVEL, rendered: bool = False) -> bytes:
+           level: int = compression.LEVEL, mark: bytes = b"") -> bytes:
+    """`mark`: the rendering `hint` is (store.wire), written before the K or D frame; a
+    rendered keyframe carries zstd's checksum."""
     if not body:
         return b""
-    mark = RENDERED if rendered else b""
     if parent is None:
         return mark + b"K" + compression.compress_with(
-            body, hint, max(level, KEYFRAME_LEVEL), checksum=rendered)
+            body, hint, max(level, KEYFRAME_LEVEL), checksum=bool(mark))
     p, s = common_ends(body, parent)
     middle, base = body[p : len(body) - s], parent[p : len(parent) - s]
     return (mark + b"D" + varint(p) + varint(s)
             + compression.compress_with(middle, hint + base, level))
 
 
-def rendered(frame: bytes) -> bool:
-    """Whether a raw request frame's hint is the rendered one (store.wire)."""
-    return frame[:1] == RENDERED
+def mark(frame: bytes) -> bytes:
+    """The mark of the rendering a raw request frame's hint is (store.wire), b"" if plain."""
+    return b"" if frame[:1] in (b"", b"K", b"D") else frame[:1]
 
 
 def encode_response(body: bytes, hint: bytes, record: bytes = b"") -> bytes:
@@ -87,8 +85,7 @@ def decode_response(frame: bytes, hint: bytes, record: bytes = b"") -> bytes:
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     if not frame:
         return b""
-    if rendered(frame):  # the caller built the hint accordingly
-        frame = frame[1:]
+    frame = frame[len(mark(frame)):]  # the caller rendered the hint accordingly
     kind, rest = frame[:1], frame[1:]
     if kind == b"K":
         return compression.decompress_with(rest, hint)

@@ -256,7 +256,7 @@ class SessionReader:
         request_frame, response_frame = frames
         bodies = (
             delta.decode(request_frame, parent_bodies and parent_bodies[0], self._request_hint(
-                seq, parent is None, delta.rendered(request_frame))),
+                seq, parent is None, delta.mark(request_frame))),
             delta.decode_response(response_frame, response_hint(
                 parent_bodies[1] if parent_bodies else b"", self._answer(found)),
                 self._pieces[seq]),
@@ -271,7 +271,7 @@ class SessionReader:
         row = self.conn.execute(_RAW_FRAMES, where).one()
         return row.raw_request, row.raw_response
 
-    def _request_hint(self, seq: int, keyframe: bool, rendered: bool) -> bytes:
+    def _request_hint(self, seq: int, keyframe: bool, mark: bytes) -> bytes:
         refs = self.manifests[seq]["request"]
         if refs is None:
             return b""
@@ -279,8 +279,8 @@ class SessionReader:
             parts = [content.system_bytes(refs["system"], self.blobs.get),
                      self.blobs.get(refs["tools"]),
                      content.parameters_bytes(refs["parameters"], self.blobs.get)]
-            return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)], rendered)
-        return request_hint([], [self.blobs.get(n) for n in refs["append"]], rendered)
+            return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)], mark)
+        return request_hint([], [self.blobs.get(n) for n in refs["append"]], mark)
 
     def _answer(self, found: dict[str, Any]) -> bytes:
         response = found["response"]

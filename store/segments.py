@@ -217,10 +217,10 @@ class SessionEncoder:
         answer = self._keep(content.answer_blob(ex.response), blobs) if ex.response else None
         token_ref, token_depth = self._tokens(ex, parent, blobs)
         raw_parent = parent if parent and parent.raw_depth + 1 < delta.RAW_KEYFRAME_EVERY else None
-        rendered = ex.dialect in wire.DIALECTS
-        hint = self._request_hint(ex.request, refs, names, raw_parent is None, rendered)
+        mark = wire.mark(ex.dialect)
+        hint = self._request_hint(ex.request, refs, names, raw_parent is None, mark)
         raw_request = delta.encode(ex.raw_request, raw_parent.raw_request if raw_parent else None,
-                                   hint, rendered=rendered)
+                                   hint, mark=mark)
         found = orjson.dumps(content.manifest(
             ex, refs, answer, raw_parent and raw_parent.seq, token_ref))
         raw_response = delta.encode_response(ex.raw_response, response_hint(
@@ -328,7 +328,7 @@ class SessionEncoder:
                 + sum(s.footprint for s in self._seen))
 
     def _request_hint(self, request: Request | None, refs: dict | None, names: list[str],
-                      keyframe: bool, rendered: bool) -> bytes:
+                      keyframe: bool, mark: bytes) -> bytes:
         if refs is None:
             return b""
         if keyframe:
@@ -340,8 +340,8 @@ class SessionEncoder:
                      content.parameters_blob(request.parameters)]
             messages = [self._bytes.get(n) or content.message_blob(m)
                         for n, m in zip(names, request.messages, strict=True)]
-            return request_hint(parts, messages, rendered)
-        return request_hint([], [self._bytes[n] for n in refs["append"]], rendered)
+            return request_hint(parts, messages, mark)
+        return request_hint([], [self._bytes[n] for n in refs["append"]], mark)
 
 
 def spans(datas: list[bytes]) -> list[tuple[int, int]]:
@@ -353,12 +353,12 @@ def spans(datas: list[bytes]) -> list[tuple[int, int]]:
     return out
 
 
-def request_hint(parts: list[bytes], messages: list[bytes], rendered: bool = False) -> bytes:
+def request_hint(parts: list[bytes], messages: list[bytes], mark: bytes = b"") -> bytes:
     """What a raw request is compressed against besides its parent: a keyframe's every blob
-    (system, tools, parameters, messages), a delta's appended messages; `rendered`: in the
-    dialect's wire form (store.wire, frames marked delta.RENDERED)."""
-    if rendered:
-        return wire.render(parts, messages)
+    (system, tools, parameters, messages), a delta's appended messages; with a rendering's
+    `mark`, in that dialect's wire form (store.wire)."""
+    if mark:
+        return wire.render(mark, parts, messages)
     return b"".join(parts) + b"".join(messages)
 
 

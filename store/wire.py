@@ -9,29 +9,54 @@ the blobs *rendered* the way the client writes them, a body is a few long matche
 16.4 to 3.0 KB, deltas 17.2 to 4.0).
 
 A rendering is only a dictionary: it need not be the body, and any bytes decode correctly as
-long as the reader renders the very same bytes from the very same blobs. So `render` is
+long as the reader renders the very same bytes from the very same blobs. So each rendering is
 frozen: what it returns for given blobs must never change (tests/test_store_wire.py pins
-it), or frames written before no longer decode; a change is a new frame mark beside
-store.delta.RENDERED, not an edit. It re-serializes values with orjson; store.delta writes
-a checksum into every rendered keyframe, so a rendering that did change (an orjson that
-writes a value differently) is refused loudly, never read back as wrong bytes.
+them), or frames written before no longer decode; a change is a new rendering with a new
+mark, not an edit. A rendering's mark is the first byte of the frames compressed against it
+(store.delta), so the reader knows which to render whatever the exchange's dialect:
 
-Only Anthropic Messages requests are rendered (DIALECTS); the others keep the plain hint.
-Any blob renders: a block or a value of a shape it does not know is written as it is.
+- b"W": Anthropic Messages requests, as Claude Code writes them.
+- b"G": Gemini requests (the Gemini API's and Code Assist's), as Gemini CLI writes them.
+  Here the plain hint is at its worst: a tool result's `response` object is kept in its
+  blob as JSON text, every quote and newline of a command's output escaped once more than in
+  the body; rendered, it is the body's bytes again (bench/storage.py --gemini).
+
+Other dialects keep the plain hint (mark b""). Renderings re-serialize values with orjson;
+store.delta writes a checksum into every rendered keyframe, so a rendering that did change
+(an orjson that writes a value differently) is refused loudly, never read back as wrong bytes.
+Any blob renders: a block or a value of a shape a rendering does not know is written as it is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-DIALECTS = frozenset({"anthropic.messages"})
+MARKS = {"anthropic.messages": b"W", "gemini.generate": b"G", "gemini.code_assist": b"G"}
 
 
-def render(parts: list[bytes], messages: list[bytes]) -> bytes:
+def mark(dialect: str) -> bytes:
+    """The mark of the rendering a dialect's raw requests are compressed against, b"" for
+    the plain hint."""
+    return MARKS.get(dialect, b"")
+
+
+def render(mark: bytes, parts: list[bytes], messages: list[bytes]) -> bytes:
     """A keyframe's rendering (`parts`: the system, tools and parameters blobs) or a delta's
     (no parts: the messages it appended), each message rendered from its blob."""
+    rendering = _RENDERINGS.get(mark)
+    if rendering is None:
+        raise ValueError(f"a raw request frame rendered as {mark!r}, which this forge-record "
+                         "does not know")
+    return rendering(parts, messages)
+
+
+# --- b"W": Anthropic Messages, as Claude Code writes them ---------------------------------
+
+
+def _anthropic(parts: list[bytes], messages: list[bytes]) -> bytes:
     body = b",".join(_message(orjson.loads(m)) for m in messages)
     if not parts:
         return body
@@ -84,3 +109,107 @@ def _block(block: Any) -> bytes:
                                                 else _list(content, _block))
                 + b',"is_error":' + orjson.dumps(bool(block.get("is_error"))) + b"}")
     return orjson.dumps({"type": kind, **{k: v for k, v in block.items() if k != "type"}})
+
+
+# --- b"G": Gemini, as Gemini CLI writes it --------------------------------------------------
+
+_GEMINI_ROLES = {"assistant": "model", "tool": "function"}
+
+
+def _gemini(parts: list[bytes], messages: list[bytes]) -> bytes:
+    body = b",".join(_content(orjson.loads(m)) for m in messages)
+    if not parts:
+        return body
+    system, tools, parameters = parts
+    return (b'{"contents":[' + body + b'],"systemInstruction":{"parts":'
+            + _parts(orjson.loads(system)) + b',"role":"user"},"tools":[{"functionDeclarations":'
+            + _list(orjson.loads(tools), _declaration) + b"}]," + parameters[1:])
+
+
+def _content(message: Any) -> bytes:
+    if not isinstance(message, dict):
+        return orjson.dumps(message)
+    role = message.get("role")
+    return (b'{"parts":' + _parts(message.get("content")) + b',"role":'
+            + orjson.dumps(_GEMINI_ROLES.get(role, role)) + b"}")
+
+
+def _parts(blocks: Any) -> bytes:
+    """Blocks as parts. A signature alone (a Reasoning without text) rides on the part after
+    it, as the API puts it."""
+    if not isinstance(blocks, list):
+        return orjson.dumps(blocks)
+    out: list[bytes] = []
+    signature = None
+    for block in blocks:
+        if signature is not None:
+            out.append(_signed(_part(block), signature))
+            signature = None
+        elif (isinstance(block, dict) and block.get("type") == "reasoning"
+              and not block.get("text") and block.get("signature")):
+            signature = block["signature"]
+        else:
+            out.append(_part(block))
+    if signature is not None:
+        out.append(_signed(b"{}", signature))
+    return b"[" + b",".join(out) + b"]"
+
+
+def _signed(part: bytes, signature: Any) -> bytes:
+    sealed = b'"thoughtSignature":' + orjson.dumps(signature) + b"}"
+    return part[:-1] + (b"," if part != b"{}" else b"") + sealed if part[-1:] == b"}" else part
+
+
+def _part(block: Any) -> bytes:
+    if not isinstance(block, dict):
+        return orjson.dumps(block)
+    kind = block.get("type")
+    if kind == "text":
+        return b'{"text":' + orjson.dumps(block.get("text")) + b"}"
+    if kind == "reasoning":
+        thought = b'{"text":' + orjson.dumps(block.get("text")) + b',"thought":true}'
+        return _signed(thought, block["signature"]) if block.get("signature") else thought
+    if kind == "tool_call":
+        raw = block.get("arguments_raw")
+        arguments = raw.encode() if isinstance(raw, str) and raw else orjson.dumps(
+            block.get("arguments"))
+        return (b'{"functionCall":{' + _id(block.get("id"), block.get("name")) + b'"args":'
+                + arguments + b',"name":' + orjson.dumps(block.get("name")) + b"}}")
+    if kind == "tool_result":
+        # The response object is the first text block's text (decoders.gemini_parts keeps it
+        # as JSON text): written as it is, it is the body's bytes again.
+        content = block.get("content")
+        first = content[0] if isinstance(content, list) and content else None
+        response = (b',"response":' + first["text"].encode()
+                    if isinstance(first, dict) and isinstance(first.get("text"), str) else b"")
+        own = _id(block.get("tool_call_id"), block.get("name"))
+        return (b'{"functionResponse":{"name":' + orjson.dumps(block.get("name")) + response
+                + (b"," + own[:-1] if own else b"") + b"}}")
+    if kind == "other":
+        return orjson.dumps(block.get("data"))
+    return orjson.dumps(block)
+
+
+def _id(ident: Any, name: Any) -> bytes:
+    """`"id":…,` where the call had an id of its own: the Gemini API sends none, and a call
+    without one is named after its function in the record (`name`, `name#2`)."""
+    if not isinstance(ident, str) or not isinstance(name, str) or ident == name or (
+            ident.startswith(name + "#")):
+        return b""
+    return b'"id":' + orjson.dumps(ident) + b","
+
+
+def _declaration(tool: Any) -> bytes:
+    if not isinstance(tool, dict):
+        return orjson.dumps(tool)
+    if tool.get("kind", "function") != "function":  # a built-in tool: googleSearch, ...
+        return orjson.dumps({tool.get("kind"): tool.get("parameters") or {}})
+    declared = {"name": tool.get("name")}
+    for key, wire_key in (("description", "description"), ("parameters", "parametersJsonSchema")):
+        if tool.get(key) is not None:
+            declared[wire_key] = tool[key]
+    return orjson.dumps(declared)
+
+
+_RENDERINGS: dict[bytes, Callable[[list[bytes], list[bytes]], bytes]] = {
+    b"W": _anthropic, b"G": _gemini}

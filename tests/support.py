@@ -253,6 +253,68 @@ def exchanges_of(calls: list, seed: int = 0) -> list[Exchange]:
     return out
 
 
+GEMINI_URL = ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:"
+              "streamGenerateContent?alt=sse")
+
+
+def gemini_exchanges(n: int = 40, seed: int = 0) -> list[Exchange]:
+    """A session shaped as Gemini CLI's over the Gemini API (bench/gemini_session.py recorded
+    those shapes from the real CLI): the whole history resent every call; each answer a
+    sentence and a run_shell_command call, kept in the history with a thoughtSignature and an
+    id of the CLI's making (the API sends none); the command's output sent back as a
+    functionResponse object (lines of this repository's source, quotes and all). Answered by
+    the mock's stream, decoded by the real decoder."""
+    import random
+
+    from forge_record.decoders.gemini import GENERATE
+    from forge_record.mock import gemini as mock
+
+    rng = random.Random(seed)
+    sources = sorted((ROOT / "store").glob("*.py"))
+    system = {"parts": [{"text": "You are an interactive CLI agent. " * 200}], "role": "user"}
+    tools = [{"functionDeclarations": [
+        {"name": name, "description": f"{name}: " + "Runs what it is asked to. " * 20,
+         "parametersJsonSchema": {"type": "object", "properties": {"command": {
+             "type": "string", "description": "The command."}}, "required": ["command"]}}
+        for name in ("run_shell_command", "read_file", "glob", "write_file")]}]
+    config = {"temperature": 1, "topP": 0.95, "topK": 64,
+              "thinkingConfig": {"includeThoughts": True, "thinkingBudget": 8192}}
+    contents: list[dict] = [{"parts": [{"text": "<session_context>\nlinux\n</session_context>"},
+                                       {"text": "Review the store code, one command at a time."}],
+                             "role": "user"}]
+    out = []
+    for seq in range(1, n + 1):
+        lines = rng.choice(sources).read_text().splitlines()
+        start = rng.randrange(len(lines))
+        command = f"sed -n '{start + 1},{start + 30}p' store/x.py"
+        answer = {"parts": [{"text": f"Call {seq}: let me look."}, {"functionCall": {
+            "name": "run_shell_command", "args": {"command": command}}}], "finishReason": "STOP"}
+        body = orjson.dumps({"contents": contents, "systemInstruction": system, "tools": tools,
+                             "generationConfig": config})
+        request = GENERATE.parse_request(body)
+        GENERATE.from_url(request, GEMINI_URL)
+        raw_response = b"".join(mock.sse(mock.chunks(
+            orjson.loads(body), body, "gemini-2.5-flash", lambda _, a=answer: a)))
+        decoder = GENERATE.response_decoder("text/event-stream")
+        decoder.feed(raw_response)
+        out.append(Exchange(
+            seq=seq, dialect=GENERATE.name, url=GEMINI_URL, http_status=200,
+            started_at=1_760_000_000.0 + seq, ended_at=1_760_000_000.5 + seq,
+            request=request, response=decoder.finish(), raw_request=body,
+            raw_response=raw_response))
+        call_id = f"run_shell_command_{1796439362840 + 97 * seq}_0"
+        contents += [
+            {"parts": [{"text": answer["parts"][0]["text"], "thoughtSignature": f"c2ln{seq}="},
+                       {"functionCall": {"id": call_id, "args": {"command": command},
+                                         "name": "run_shell_command"},
+                        "thoughtSignature": "skip_thought_signature_validator"}],
+             "role": "model"},
+            {"parts": [{"functionResponse": {"name": "run_shell_command", "response": {
+                "output": "\n".join(lines[start:start + 30])}, "id": call_id}}],
+             "role": "user"}]
+    return out
+
+
 def with_secret_headers(ex: Exchange) -> Exchange:
     return dataclasses.replace(
         ex,

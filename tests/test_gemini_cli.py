@@ -10,6 +10,7 @@ real host kept) and reverse mode (GOOGLE_GEMINI_BASE_URL).
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from export_checks import check_recorded_cli_session
 from gemini_cli import DUMMY_KEY, SETTINGS, find_gemini, gemini_env  # noqa: F401 - fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
+from forge_record.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.cli]
 
@@ -42,6 +44,7 @@ def test_gemini_cli_tool_call_is_recorded(gemini_env, mode):
         assert proc.returncode == 0, proc.stderr
         assert f"{TOOL_MARKER}-output-42" in proc.stdout  # the tool really ran
         paths = [r.path for r in mock.requests]
+        sent = sorted(r.body for r in mock.requests if ":" in r.path.rpartition("/")[2])
     assert paths.count("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse") >= 2
     assert "model calls" in proc.stderr.splitlines()[-1]
 
@@ -79,5 +82,12 @@ def test_gemini_cli_tool_call_is_recorded(gemini_env, mode):
     db = Path(gemini_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
         assert DUMMY_KEY.encode() not in path.read_bytes()
+    # Raw requests are compressed against their blobs rendered as Gemini CLI writes them
+    # (store.wire's b"G") and read back as the CLI sent them.
+    with sqlite3.connect(db) as conn:
+        marks = {frame[:1] for (frame,) in conn.execute("SELECT raw_request FROM exchanges")}
+    assert marks == {b"G"}
+    with open_store(f"sqlite:///{db}") as store:
+        assert sorted(e.raw_request for e in store.iter_exchanges(session["id"], raw=True)) == sent
     # Gemini CLI sends the call back with its own id: still one thread (issue 18.1)
     check_recorded_cli_session(gemini_env["FORGE_RECORD_HOME"], session)

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from support import (
     BACKENDS,
     billed,
+    gemini_exchanges,
     make_exchange,
     make_session,
     realistic_exchanges,
@@ -509,6 +510,17 @@ def test_0012_downgrade_refuses_a_store_with_parameters_stored_as_changes(engine
     store_session(url, sent)
     with pytest.raises(StoreError, match="1 sessions have parameters stored as changes"):
         migrate.downgrade(engine, "0011")
+    assert migrate.current(engine) == migrate.head()
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_0013_downgrade_refuses_a_store_with_rendered_gemini_requests(engine, url):
+    """Older forge-records know only the b"W" rendering (0013 adds Gemini's b"G")."""
+    sent = gemini_exchanges(6)
+    store_session(url, sent)
+    with pytest.raises(StoreError, match="1 sessions have raw Gemini requests compressed"):
+        migrate.downgrade(engine, "0012")
     assert migrate.current(engine) == migrate.head()
     with open_store(url) as store:
         assert list(store.iter_exchanges("s", raw=True)) == sent

@@ -1,9 +1,9 @@
 """store.wire: raw requests compressed against their blobs rendered in the wire form.
 
-The rendering is a zstd dictionary that the reader must rebuild byte for byte, so it is
+A rendering is a zstd dictionary that the reader must rebuild byte for byte, so each is
 pinned here: if one of these tests fails, frames already stored would no longer decode.
-Sessions stored with rendered frames, and with the plain ones stores wrote before, read back
-byte for byte on SQLite and Postgres.
+Sessions stored with rendered frames (Anthropic's b"W", Gemini's b"G"), and with the plain
+ones stores wrote before, read back byte for byte on SQLite and Postgres.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+import orjson
 import pytest
 import sqlalchemy as sa
 import zstandard
-from support import make_session, realistic_exchanges
+from support import gemini_exchanges, make_session, realistic_exchanges
 
+from forge_record.decoders.gemini import GENERATE
 from forge_record.identity import canonical_json
-from forge_record.store import delta, wire
+from forge_record.store import content, delta, wire
 
 SYSTEM = canonical_json([{"type": "text", "text": "You are Claude Code."}])
 TOOLS = canonical_json([{"name": "Read", "description": "Read a file", "kind": "function",
@@ -42,7 +44,7 @@ MESSAGES = [canonical_json(m) for m in (
 
 
 def test_a_message_renders_as_claude_code_writes_it():
-    assert wire.render([], MESSAGES[1:2]) == (
+    assert wire.render(b"W", [], MESSAGES[1:2]) == (
         b'{"role":"assistant","content":[{"type":"thinking","thinking":"Let me look.",'
         b'"signature":"c2ln"},{"type":"tool_use","id":"toolu_1","name":"Read",'
         b'"input":{"file_path":"a.py"}}]}')
@@ -50,13 +52,13 @@ def test_a_message_renders_as_claude_code_writes_it():
 
 def test_the_rendering_is_frozen():
     """Frames stored today are compressed against exactly these bytes."""
-    keyframe = wire.render([SYSTEM, TOOLS, PARAMETERS], MESSAGES)
+    keyframe = wire.render(b"W", [SYSTEM, TOOLS, PARAMETERS], MESSAGES)
     assert keyframe.startswith(b'{"messages":[{"role":"user","content":[{"type":"text",')
     assert keyframe.endswith(b'"tools":[{"name":"Read","description":"Read a file",'
                              b'"input_schema":{"required":["file_path"],"type":"object"}}],'
                              b'"max_tokens":32000,"stream":true}')
     assert hashlib.sha256(keyframe).hexdigest() == RENDERED_SHA256
-    assert hashlib.sha256(wire.render([], MESSAGES)).hexdigest() == APPENDED_SHA256
+    assert hashlib.sha256(wire.render(b"W", [], MESSAGES)).hexdigest() == APPENDED_SHA256
 
 
 RENDERED_SHA256 = "6f1dd883a891d8f724166703c200f02e809ce19d486c13de18371b7afcde9f8d"
@@ -65,18 +67,19 @@ APPENDED_SHA256 = "11e34bd685e652d103abbeb5a3c6527b251e11392ead318e0ecf9e0e789c4
 
 def test_a_rendered_keyframe_against_another_rendering_is_refused():
     body = b'{"messages":[{"role":"user","content":[{"type":"text","text":"read a.py"}]}]}'
-    hint = wire.render([SYSTEM, TOOLS, PARAMETERS], MESSAGES[:1])
-    frame = delta.encode(body, None, hint, rendered=True)
+    hint = wire.render(b"W", [SYSTEM, TOOLS, PARAMETERS], MESSAGES[:1])
+    frame = delta.encode(body, None, hint, mark=b"W")
     assert frame[:2] == b"WK" and delta.decode(frame, None, hint) == body
     with pytest.raises(zstandard.ZstdError):
         delta.decode(frame, None, hint.replace(b"read a.py", b"read b.py"))
 
 
-def frames(store_url: str) -> list[bytes]:
+def frames(store_url: str, session: str = "s") -> list[bytes]:
     engine = sa.create_engine(store_url)
     try:
         with engine.connect() as conn:
-            return conn.scalars(sa.text("SELECT raw_request FROM exchanges ORDER BY seq")).all()
+            return conn.scalars(sa.text("SELECT raw_request FROM exchanges "
+                                        "WHERE session_id = :s ORDER BY seq"), {"s": session}).all()
     finally:
         engine.dispose()
 
@@ -87,11 +90,11 @@ def test_sessions_read_back_byte_for_byte(store, store_url, monkeypatch, rendere
     another dialect) read back as well, and a session may hold both."""
     sent = realistic_exchanges(40)
     if not rendered:
-        monkeypatch.setattr(wire, "DIALECTS", frozenset())
+        monkeypatch.setattr(wire, "MARKS", {})
     store.add_session(make_session("s"))
     for ex in sent[:30]:
         store.add_exchange("s", ex)
-    monkeypatch.setattr(wire, "DIALECTS", frozenset({"anthropic.messages"}))
+    monkeypatch.setattr(wire, "MARKS", {"anthropic.messages": b"W"})
     for ex in sent[30:]:
         store.add_exchange("s", ex)
     marks = [f[:1] for f in frames(store_url)]
@@ -109,3 +112,101 @@ def test_other_dialects_keep_the_plain_hint(store, store_url):
         store.add_exchange("s", ex)
     assert {f[:1] for f in frames(store_url)} == {b"K", b"D"}
     assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+# --- b"G": Gemini ------------------------------------------------------------------------
+
+# Two turns as Gemini CLI 0.61 writes them (bench/gemini_session.py): a thoughtSignature on
+# the parts after the hidden thinking, call ids of the CLI's making, a tool's output as an
+# object; then a call as the API itself would write it back, with no id.
+GEMINI_BODY = (
+    b'{"contents":[{"parts":[{"text":"<session_context>\\nlinux\\n</session_context>"},'
+    b'{"text":"Review the store code."}],"role":"user"},'
+    b'{"parts":[{"text":"Let me look.","thoughtSignature":"U4wYsH9M="},{"functionCall":'
+    b'{"id":"run_shell_command_1796439362840_0","args":{"command":"sed -n \'1,3p\' a.py"},'
+    b'"name":"run_shell_command"},"thoughtSignature":"skip_thought_signature_validator"}],'
+    b'"role":"model"},{"parts":[{"functionResponse":{"name":"run_shell_command","response":'
+    b'{"output":"\\"\\"\\"A docstring.\\"\\"\\"\\n\\nx = {\\"a\\": 1}"},'
+    b'"id":"run_shell_command_1796439362840_0"}}],"role":"user"},'
+    b'{"parts":[{"functionCall":{"args":{"path":"b.py"},"name":"read_file"}}],"role":"model"},'
+    b'{"parts":[{"functionResponse":{"name":"read_file","response":{"content":"y"}}}],'
+    b'"role":"user"}],'
+    b'"systemInstruction":{"parts":[{"text":"You are a CLI agent."}],"role":"user"},'
+    b'"tools":[{"functionDeclarations":[{"name":"read_file","description":"Reads a file.",'
+    b'"parametersJsonSchema":{"type":"object","required":["path"]}}]}],'
+    b'"generationConfig":{"temperature":1}}')
+
+
+def blobs_of(body: bytes) -> tuple[list[bytes], list[bytes]]:
+    request = GENERATE.parse_request(body)
+    return ([content.system_blob(request), content.tools_blob(request.tools),
+             content.parameters_blob(request.parameters)],
+            [content.message_blob(m) for m in request.messages])
+
+
+def test_gemini_messages_render_as_gemini_cli_writes_them():
+    """Every message renders to its body's very bytes, and so does the whole request but
+    for the keys the tools blob sorts."""
+    parts, messages = blobs_of(GEMINI_BODY)
+    contents = b",".join(orjson.dumps(c) for c in orjson.loads(GEMINI_BODY)["contents"])
+    assert wire.render(b"G", [], messages) == contents
+    assert wire.render(b"G", parts, messages) == GEMINI_BODY.replace(
+        b'{"type":"object","required":["path"]}', b'{"required":["path"],"type":"object"}')
+
+
+GEMINI_MESSAGES = [canonical_json(m) for m in (
+    {"role": "assistant", "content": [
+        {"type": "reasoning", "text": "Thinking out loud.", "signature": "c2ln"},
+        {"type": "reasoning", "text": "More.", "signature": None},
+        {"type": "reasoning", "text": "", "signature": "dangling"}]},
+    {"role": "tool", "content": [
+        {"type": "tool_result", "tool_call_id": "glob#2", "name": "glob", "is_error": True,
+         "content": [{"type": "text", "text": '{"error":"no"}'},
+                     {"type": "image", "media_type": "image/png", "sha256": "00"}]},
+        {"type": "tool_result", "tool_call_id": "x", "content": []},
+        {"type": "tool_call", "id": "t", "name": "n", "arguments": None, "arguments_raw": ""},
+        {"type": "other", "data": {"executableCode": {"code": "1"}}},
+        {"type": "server_thing", "b": 2, "a": 1}, "not a block"]},
+    ["not a message"],
+)]
+
+
+def test_the_gemini_rendering_is_frozen():
+    """Frames stored today are compressed against exactly these bytes."""
+    parts, messages = blobs_of(GEMINI_BODY)
+    keyframe = wire.render(b"G", parts, messages + GEMINI_MESSAGES)
+    appended = wire.render(b"G", [], GEMINI_MESSAGES)
+    assert appended.startswith(b'{"parts":[{"text":"Thinking out loud.","thought":true,'
+                               b'"thoughtSignature":"c2ln"},{"text":"More.","thought":true},'
+                               b'{"thoughtSignature":"dangling"}],"role":"model"}')
+    assert hashlib.sha256(keyframe).hexdigest() == GEMINI_RENDERED_SHA256
+    assert hashlib.sha256(appended).hexdigest() == GEMINI_APPENDED_SHA256
+
+
+GEMINI_RENDERED_SHA256 = "f0030a7e749d90ba635991002f10a619dd9023b7b6745c3ff579fd8bd4a127b4"
+GEMINI_APPENDED_SHA256 = "b8dafe9c6f6f653aab27bfa26448bce5c4b59fde1754befff927c53c2415d190"
+
+
+def test_a_frame_of_a_rendering_this_version_does_not_know_is_refused():
+    with pytest.raises(ValueError, match="rendered as b'Z', which this forge-record does not"):
+        wire.render(b"Z", [], GEMINI_MESSAGES)
+
+
+def test_gemini_sessions_read_back_byte_for_byte(store, store_url, monkeypatch):
+    """Stored rendered, in a fraction of the plain hint's bytes (a tool's output is its body's
+    bytes again, not JSON text escaped once more); stores written plain still read."""
+    sent = gemini_exchanges(40)
+    stored = {}
+    for name, marks in (("rendered", wire.MARKS), ("plain", {})):
+        monkeypatch.setattr(wire, "MARKS", marks)
+        store.add_session(make_session(name))
+        for ex in sent:
+            store.add_exchange(name, ex)
+        stored[name] = frames(store_url, name)
+        assert list(store.iter_exchanges(name, raw=True)) == sent
+        for seq in (1, 17, 33, 40):
+            assert store.get_exchange(name, seq, raw=True) == sent[seq - 1]
+    assert {f[:1] for f in stored["rendered"]} == {b"G"}
+    assert {f[:1] for f in stored["plain"]} == {b"K", b"D"}
+    rendered, plain = (sum(map(len, stored[k])) for k in ("rendered", "plain"))
+    assert rendered * 4 < plain  # 1.2 against 15.0 KB when written
