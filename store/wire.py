@@ -20,10 +20,14 @@ mark, not an edit. A rendering's mark is the first byte of the frames compressed
   Here the plain hint is at its worst: a tool result's `response` object is kept in its
   blob as JSON text, every quote and newline of a command's output escaped once more than in
   the body; rendered, it is the body's bytes again (bench/storage.py --gemini).
+- b"C": OpenAI Chat Completions requests (Qwen Code, aider, any OpenAI-compatible client):
+  `tool_calls` with their `arguments` string, `tool` messages, and a text-only content both
+  as a string and as a list of text parts, since clients write either (--qwen).
 
-Other dialects keep the plain hint (mark b""). Renderings re-serialize values with orjson;
-store.delta writes a checksum into every rendered keyframe, so a rendering that did change
-(an orjson that writes a value differently) is refused loudly, never read back as wrong bytes.
+Other dialects (OpenAI Responses, whose WebSocket requests carry no history) keep the plain
+hint (mark b""). Renderings re-serialize values with orjson; store.delta writes a checksum
+into every rendered keyframe, so a rendering that did change (an orjson that writes a value
+differently) is refused loudly, never read back as wrong bytes.
 Any blob renders: a block or a value of a shape a rendering does not know is written as it is.
 """
 
@@ -34,7 +38,8 @@ from typing import Any
 
 import orjson
 
-MARKS = {"anthropic.messages": b"W", "gemini.generate": b"G", "gemini.code_assist": b"G"}
+MARKS = {"anthropic.messages": b"W", "gemini.generate": b"G", "gemini.code_assist": b"G",
+         "openai.chat": b"C"}
 
 
 def mark(dialect: str) -> bytes:
@@ -131,7 +136,8 @@ def _content(message: Any) -> bytes:
         return orjson.dumps(message)
     role = message.get("role")
     return (b'{"parts":' + _parts(message.get("content")) + b',"role":'
-            + orjson.dumps(_GEMINI_ROLES.get(role, role)) + b"}")
+            + orjson.dumps(_GEMINI_ROLES.get(role, role) if isinstance(role, str) else role)
+            + b"}")
 
 
 def _parts(blocks: Any) -> bytes:
@@ -203,7 +209,7 @@ def _declaration(tool: Any) -> bytes:
     if not isinstance(tool, dict):
         return orjson.dumps(tool)
     if tool.get("kind", "function") != "function":  # a built-in tool: googleSearch, ...
-        return orjson.dumps({tool.get("kind"): tool.get("parameters") or {}})
+        return orjson.dumps({str(tool.get("kind")): tool.get("parameters") or {}})
     declared = {"name": tool.get("name")}
     for key, wire_key in (("description", "description"), ("parameters", "parametersJsonSchema")):
         if tool.get(key) is not None:
@@ -211,5 +217,83 @@ def _declaration(tool: Any) -> bytes:
     return orjson.dumps(declared)
 
 
+# --- b"C": OpenAI Chat Completions, a text-only content both ways ---------------------------
+
+
+def _chat(parts: list[bytes], messages: list[bytes]) -> bytes:
+    """Clients write a text-only content as a string (the OpenAI SDK's examples, LiteLLM) or
+    as a list of text parts (Qwen Code), and the record does not say which: the rendering is
+    the request both ways, strings first."""
+    return _chat_request(parts, messages, True) + _chat_request(parts, messages, False)
+
+
+def _chat_request(parts: list[bytes], messages: list[bytes], strings: bool) -> bytes:
+    body = b",".join(_chat_message(orjson.loads(m), strings) for m in messages)
+    if not parts:
+        return body
+    system, tools, parameters = parts
+    blocks = orjson.loads(system)
+    lead = (b'{"role":"system","content":' + _chat_content(blocks, strings) + b"},"
+            if blocks else b"")
+    return (b'{"messages":[' + lead + body + b'],"tools":' + _list(orjson.loads(tools), _function)
+            + b"," + parameters[1:])
+
+
+def _chat_message(message: Any, strings: bool) -> bytes:
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return orjson.dumps(message)
+    role, blocks = message.get("role"), message["content"]
+    if role == "tool":  # one ToolResult a message (decoders.openai_chat)
+        return b",".join(_tool_message(b, strings) for b in blocks)
+    if role != "assistant":
+        return (b'{"role":' + orjson.dumps(role) + b',"content":' + _chat_content(blocks, strings)
+                + b"}")
+    kinds = [b.get("type") if isinstance(b, dict) else None for b in blocks]
+    said = [b for b, k in zip(blocks, kinds, strict=True) if k not in ("tool_call", "reasoning")]
+    out = b'{"role":"assistant","content":' + (_chat_content(said, strings) if said else b"null")
+    for block, kind in zip(blocks, kinds, strict=True):
+        if kind == "reasoning" and block.get("text"):
+            out += b',"reasoning_content":' + orjson.dumps(block["text"])
+    calls = [_chat_call(b) for b, k in zip(blocks, kinds, strict=True) if k == "tool_call"]
+    return out + (b',"tool_calls":[' + b",".join(calls) + b"]" if calls else b"") + b"}"
+
+
+def _tool_message(block: Any, strings: bool) -> bytes:
+    if not isinstance(block, dict) or block.get("type") != "tool_result":
+        return orjson.dumps(block)
+    return (b'{"role":"tool","tool_call_id":' + orjson.dumps(block.get("tool_call_id"))
+            + b',"content":' + _chat_content(block.get("content"), strings) + b"}")
+
+
+def _chat_call(block: dict) -> bytes:
+    raw = block.get("arguments_raw")
+    arguments = raw if isinstance(raw, str) else orjson.dumps(block.get("arguments")).decode()
+    return (b'{"id":' + orjson.dumps(block.get("id")) + b',"type":"function","function":{"name":'
+            + orjson.dumps(block.get("name")) + b',"arguments":' + orjson.dumps(arguments) + b"}}")
+
+
+def _chat_content(blocks: Any, strings: bool) -> bytes:
+    if not isinstance(blocks, list):
+        return orjson.dumps(blocks)
+    if strings and len(blocks) == 1 and isinstance(blocks[0], dict) and (
+            blocks[0].get("type") == "text"):
+        return orjson.dumps(blocks[0].get("text"))
+    return _list(blocks, _text_part)
+
+
+def _text_part(block: Any) -> bytes:
+    if isinstance(block, dict) and block.get("type") == "text":
+        return b'{"type":"text","text":' + orjson.dumps(block.get("text")) + b"}"
+    return orjson.dumps(block)
+
+
+def _function(tool: Any) -> bytes:
+    if not isinstance(tool, dict) or tool.get("kind", "function") != "function":
+        return orjson.dumps(tool)
+    return orjson.dumps({"type": "function", "function": {
+        "name": tool.get("name"), "description": tool.get("description"),
+        "parameters": tool.get("parameters")}})
+
+
 _RENDERINGS: dict[bytes, Callable[[list[bytes], list[bytes]], bytes]] = {
-    b"W": _anthropic, b"G": _gemini}
+    b"W": _anthropic, b"G": _gemini, b"C": _chat}

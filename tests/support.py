@@ -255,6 +255,23 @@ def exchanges_of(calls: list, seed: int = 0) -> list[Exchange]:
 
 GEMINI_URL = ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:"
               "streamGenerateContent?alt=sse")
+CHAT_URL = "https://dashscope.aliyuncs.com/compatible-mode/v1/chat/completions"
+
+
+def shell_steps(n: int, seed: int) -> list[tuple[str, str, str]]:
+    """(what the model says, the command it runs, the command's output) for `n` calls of a
+    session that reads this repository's source a command at a time (quotes and all)."""
+    import random
+
+    rng = random.Random(seed)
+    sources = sorted((ROOT / "store").glob("*.py"))
+    steps = []
+    for seq in range(1, n + 1):
+        lines = rng.choice(sources).read_text().splitlines()
+        start = rng.randrange(len(lines))
+        steps.append((f"Call {seq}: let me look.", f"sed -n '{start + 1},{start + 30}p' x.py",
+                      "\n".join(lines[start:start + 30])))
+    return steps
 
 
 def gemini_exchanges(n: int = 40, seed: int = 0) -> list[Exchange]:
@@ -262,15 +279,10 @@ def gemini_exchanges(n: int = 40, seed: int = 0) -> list[Exchange]:
     those shapes from the real CLI): the whole history resent every call; each answer a
     sentence and a run_shell_command call, kept in the history with a thoughtSignature and an
     id of the CLI's making (the API sends none); the command's output sent back as a
-    functionResponse object (lines of this repository's source, quotes and all). Answered by
-    the mock's stream, decoded by the real decoder."""
-    import random
-
+    functionResponse object. Answered by the mock's stream, decoded by the real decoder."""
     from forge_record.decoders.gemini import GENERATE
     from forge_record.mock import gemini as mock
 
-    rng = random.Random(seed)
-    sources = sorted((ROOT / "store").glob("*.py"))
     system = {"parts": [{"text": "You are an interactive CLI agent. " * 200}], "role": "user"}
     tools = [{"functionDeclarations": [
         {"name": name, "description": f"{name}: " + "Runs what it is asked to. " * 20,
@@ -283,11 +295,8 @@ def gemini_exchanges(n: int = 40, seed: int = 0) -> list[Exchange]:
                                        {"text": "Review the store code, one command at a time."}],
                              "role": "user"}]
     out = []
-    for seq in range(1, n + 1):
-        lines = rng.choice(sources).read_text().splitlines()
-        start = rng.randrange(len(lines))
-        command = f"sed -n '{start + 1},{start + 30}p' store/x.py"
-        answer = {"parts": [{"text": f"Call {seq}: let me look."}, {"functionCall": {
+    for seq, (text, command, output) in enumerate(shell_steps(n, seed), 1):
+        answer = {"parts": [{"text": text}, {"functionCall": {
             "name": "run_shell_command", "args": {"command": command}}}], "finishReason": "STOP"}
         body = orjson.dumps({"contents": contents, "systemInstruction": system, "tools": tools,
                              "generationConfig": config})
@@ -295,24 +304,66 @@ def gemini_exchanges(n: int = 40, seed: int = 0) -> list[Exchange]:
         GENERATE.from_url(request, GEMINI_URL)
         raw_response = b"".join(mock.sse(mock.chunks(
             orjson.loads(body), body, "gemini-2.5-flash", lambda _, a=answer: a)))
-        decoder = GENERATE.response_decoder("text/event-stream")
-        decoder.feed(raw_response)
-        out.append(Exchange(
-            seq=seq, dialect=GENERATE.name, url=GEMINI_URL, http_status=200,
-            started_at=1_760_000_000.0 + seq, ended_at=1_760_000_000.5 + seq,
-            request=request, response=decoder.finish(), raw_request=body,
-            raw_response=raw_response))
+        out.append(_decoded(GENERATE, seq, GEMINI_URL, request, body, raw_response))
         call_id = f"run_shell_command_{1796439362840 + 97 * seq}_0"
         contents += [
-            {"parts": [{"text": answer["parts"][0]["text"], "thoughtSignature": f"c2ln{seq}="},
+            {"parts": [{"text": text, "thoughtSignature": f"c2ln{seq}="},
                        {"functionCall": {"id": call_id, "args": {"command": command},
                                          "name": "run_shell_command"},
                         "thoughtSignature": "skip_thought_signature_validator"}],
              "role": "model"},
             {"parts": [{"functionResponse": {"name": "run_shell_command", "response": {
-                "output": "\n".join(lines[start:start + 30])}, "id": call_id}}],
-             "role": "user"}]
+                "output": output}, "id": call_id}}], "role": "user"}]
     return out
+
+
+def chat_exchanges(n: int = 40, seed: int = 0, parts: bool = True) -> list[Exchange]:
+    """A session shaped as Qwen Code's over Chat Completions (bench/qwen_session.py recorded
+    those shapes from the real CLI): the whole history resent every call, a text content as a
+    list of text parts (`parts`; else as a string, as the OpenAI SDK's users write it); each
+    answer a run_shell_command call, its output sent back as a `tool` message. Answered by the
+    mock's stream, decoded by the real decoder."""
+    from forge_record.decoders.openai_chat import DIALECT
+    from forge_record.mock import openai as mock
+
+    def content(text: str) -> Any:
+        return [{"type": "text", "text": text}] if parts else text
+
+    tools = [{"type": "function", "function": {
+        "name": name, "description": f"{name}: " + "Runs what it is asked to. " * 20,
+        "parameters": {"type": "object", "properties": {"command": {
+            "type": "string", "description": "The command."}}, "required": ["command"]}}}
+        for name in ("run_shell_command", "read_file", "glob", "write_file")]
+    messages: list[dict] = [
+        {"role": "system", "content": content("You are Qwen Code, a CLI agent. " * 200)},
+        {"role": "user", "content": content("Review the store code, one command at a time.")}]
+    out = []
+    for seq, (text, command, output) in enumerate(shell_steps(n, seed), 1):
+        call = {"call_id": f"call_{seq:024x}", "name": "run_shell_command",
+                "arguments": orjson.dumps({"command": command}).decode()}
+        body = orjson.dumps({"model": "qwen3-coder-plus", "messages": messages,
+                             "max_tokens": 32768, "stream": True,
+                             "stream_options": {"include_usage": True}, "tools": tools})
+        completion = mock.chat_completion(orjson.loads(body), body, text, [call])
+        raw_response = b"".join(mock.chat_chunks(completion, True))
+        out.append(_decoded(DIALECT, seq, CHAT_URL, DIALECT.parse_request(body), body,
+                            raw_response))
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": call["call_id"], "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]}}]},
+            {"role": "tool", "tool_call_id": call["call_id"], "content": content(output)}]
+    return out
+
+
+def _decoded(dialect, seq: int, url: str, request: Request, body: bytes,
+             raw_response: bytes) -> Exchange:
+    decoder = dialect.response_decoder("text/event-stream")
+    decoder.feed(raw_response)
+    return Exchange(seq=seq, dialect=dialect.name, url=url, http_status=200,
+                    started_at=1_760_000_000.0 + seq, ended_at=1_760_000_000.5 + seq,
+                    request=request, response=decoder.finish(), raw_request=body,
+                    raw_response=raw_response)
 
 
 def with_secret_headers(ex: Exchange) -> Exchange:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from support import (
     BACKENDS,
     billed,
+    chat_exchanges,
     gemini_exchanges,
     make_exchange,
     make_session,
@@ -515,11 +516,12 @@ def test_0012_downgrade_refuses_a_store_with_parameters_stored_as_changes(engine
         assert list(store.iter_exchanges("s", raw=True)) == sent
 
 
-def test_0013_downgrade_refuses_a_store_with_rendered_gemini_requests(engine, url):
-    """Older forge-records know only the b"W" rendering (0013 adds Gemini's b"G")."""
-    sent = gemini_exchanges(6)
+@pytest.mark.parametrize("made", [gemini_exchanges, chat_exchanges], ids=["gemini", "chat"])
+def test_0013_downgrade_refuses_a_store_with_requests_in_the_new_renderings(engine, url, made):
+    """Older forge-records know only the b"W" rendering (0013 adds b"G" and b"C")."""
+    sent = made(6)
     store_session(url, sent)
-    with pytest.raises(StoreError, match="1 sessions have raw Gemini requests compressed"):
+    with pytest.raises(StoreError, match="1 sessions have raw requests compressed against a"):
         migrate.downgrade(engine, "0012")
     assert migrate.current(engine) == migrate.head()
     with open_store(url) as store:

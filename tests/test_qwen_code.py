@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from conftest import require
 from export_checks import check_recorded_cli_session
 
 from forge_record.mock import TOOL_MARKER, MockUpstream, Received, Reply
+from forge_record.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.cli]
 
@@ -132,6 +134,7 @@ def test_qwen_code_tool_call_is_recorded(qwen_env, route):
         assert f"{TOOL_MARKER}-output-42" in proc.stdout
         assert {r.path for r in mock.requests} <= {"/v1/chat/completions",
                                                     "/compatible-mode/v1/chat/completions"}
+        sent = sorted(r.body for r in mock.requests)
 
     session = orjson.loads(forge(qwen_env, "show", "last", "--json").stdout)
     assert session["harness"] == "qwen-code" and session["harness_version"] == "0.24.4"
@@ -152,4 +155,11 @@ def test_qwen_code_tool_call_is_recorded(qwen_env, route):
     db = Path(qwen_env["FORGE_RECORD_HOME"]) / "traces.db"
     for path in db.parent.glob("traces.db*"):
         assert DUMMY_KEY.encode() not in path.read_bytes()
+    # Raw requests are compressed against their blobs rendered in the Chat wire form
+    # (store.wire's b"C") and read back as Qwen Code sent them.
+    with sqlite3.connect(db) as conn:
+        marks = {frame[:1] for (frame,) in conn.execute("SELECT raw_request FROM exchanges")}
+    assert marks == {b"C"}
+    with open_store(f"sqlite:///{db}") as store:
+        assert sorted(e.raw_request for e in store.iter_exchanges(session["id"], raw=True)) == sent
     check_recorded_cli_session(qwen_env["FORGE_RECORD_HOME"], session)
