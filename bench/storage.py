@@ -3,6 +3,7 @@ costs per exchange, and how fast any exchange reads back.
 
     .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
                                       [--team 20] [--cli N] [--codex N] [--gemini N]
+                                      [--qwen N]
                                       [--baseline REV] [--on-disk]
 
 The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
@@ -25,7 +26,9 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    a call; with `--cli N` the first two on N recorded real Claude Code sessions too
    (bench/cli_session.py), with `--codex N` on N recorded real Codex sessions over its
    WebSocket (bench/codex_session.py), with `--gemini N` on N recorded real Gemini CLI
-   sessions (bench/gemini_session.py); with `--baseline REV` at REV as well, in the same run.
+   sessions (bench/gemini_session.py), with `--qwen N` on N recorded real Qwen Code sessions
+   over Chat Completions (bench/qwen_session.py); with `--baseline REV` at REV as well, in
+   the same run.
 Speed figures are what this machine measured; nothing here asserts them.
 """
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import random
 import statistics
@@ -263,15 +267,19 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
 TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
 
 
-def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0, codex: int = 0,
-                 gemini: int = 0) -> dict[str, float]:
+# The benches of other real CLIs (bench/{name}_session.py, each with sessions(count, calls)),
+# whose session counts `recorded` names.
+RECORDED = ("codex", "gemini", "qwen")
+
+
+def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
+                 recorded: dict[str, int] | None = None) -> dict[str, float]:
     """The figures issue 21 asks for, with whatever forge_record this process imports: one
     session in a fresh SQLite file after a checkpoint, and `team` sessions of one harness
     version and project in one fresh Postgres database (every relation, with indexes, TOAST
     and map forks). With `cli`, the same two on real Claude Code sessions
     (bench/cli_session.py): its first in a fresh SQLite file, `cli` of them in Postgres; with
-    `codex` and `gemini`, on real Codex sessions over its WebSocket and real Gemini CLI
-    sessions (bench/codex_session.py, bench/gemini_session.py)."""
+    `recorded`, on that many sessions of each other real CLI (RECORDED)."""
     import forge_record
 
     out: dict[str, float] = {"forge_record": str(Path(forge_record.__file__).resolve().parent)}
@@ -282,21 +290,16 @@ def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0, codex: int = 0,
     if cli:
         import cli_session
 
-        recorded = [captured(made, seed) for seed, made in
-                    enumerate(cli_session.sessions(cli, calls))]
-        out.update(_sqlite_one("cli_sqlite_one_session", recorded[0], tmp / "cli.db"))
-        out.update(_postgres("cli_postgres", recorded))
-    import codex_session
-    import gemini_session
-
-    for name, module, count in (("codex", codex_session, codex),
-                                ("gemini", gemini_session, gemini)):
+        made = [captured(made, seed) for seed, made in
+                enumerate(cli_session.sessions(cli, calls))]
+        out.update(_sqlite_one("cli_sqlite_one_session", made[0], tmp / "cli.db"))
+        out.update(_postgres("cli_postgres", made))
+    for name, count in (recorded or {}).items():
         if count:
             # recorded as records (bench/recorded.py), which record() finalizes as they are
-            recorded = module.sessions(count, calls)
-            out.update(_sqlite_one(f"{name}_sqlite_one_session", recorded[0],
-                                   tmp / f"{name}.db"))
-            out.update(_postgres(f"{name}_postgres", recorded))
+            made = importlib.import_module(f"{name}_session").sessions(count, calls)
+            out.update(_sqlite_one(f"{name}_sqlite_one_session", made[0], tmp / f"{name}.db"))
+            out.update(_postgres(f"{name}_postgres", made))
     return out
 
 
@@ -409,8 +412,8 @@ def token_bytes(calls: int, tmp: Path) -> None:
               f"{cost / new:.2f} per new token")
 
 
-def baseline(rev: str, calls: int, team: int, cli: int, codex: int,
-             gemini: int) -> dict[str, float]:
+def baseline(rev: str, calls: int, team: int, cli: int,
+             recorded: dict[str, int]) -> dict[str, float]:
     """disk_figures() run by the forge_record of revision `rev` (a git worktree in /tmp, its
     packages laid out as the installed package maps them), with this bench's session."""
     import json
@@ -431,19 +434,19 @@ def baseline(rev: str, calls: int, team: int, cli: int, codex: int,
             (pkg / "forge_record" / sub).symlink_to(tree / folder)
     done = subprocess.run(
         [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team),
-         "--cli", str(cli), "--codex", str(codex), "--gemini", str(gemini)],
+         "--cli", str(cli), *[a for name, n in recorded.items() for a in (f"--{name}", str(n))]],
         env={**os.environ, "PYTHONPATH": str(pkg)}, stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
 
-def compare(calls: int, team: int, rev: str | None, cli: int, codex: int,
-            gemini: int) -> None:
+def compare(calls: int, team: int, rev: str | None, cli: int,
+            recorded: dict[str, int]) -> None:
     import forge_record
 
     with tempfile.TemporaryDirectory() as tmp:
-        now = disk_figures(calls, team, Path(tmp), cli, codex, gemini)
+        now = disk_figures(calls, team, Path(tmp), cli, recorded)
     print(f"4. on disk ({Path(forge_record.__file__).parent})")
-    then = baseline(rev, calls, team, cli, codex, gemini) if rev else {}
+    then = baseline(rev, calls, team, cli, recorded) if rev else {}
     if then:
         print(f"  revision {rev} imported from {then['forge_record']}")
     for key, value in now.items():
@@ -467,23 +470,22 @@ def main() -> None:
     parser.add_argument("--cli", type=int, default=0, metavar="N",
                         help="on-disk figures on N recorded Claude Code sessions too "
                              "(bench/cli_session.py)")
-    parser.add_argument("--codex", type=int, default=0, metavar="N",
-                        help="on-disk figures on N recorded Codex sessions too "
-                             "(bench/codex_session.py)")
-    parser.add_argument("--gemini", type=int, default=0, metavar="N",
-                        help="on-disk figures on N recorded Gemini CLI sessions too "
-                             "(bench/gemini_session.py)")
+    for name in RECORDED:
+        parser.add_argument(f"--{name}", type=int, default=0, metavar="N",
+                            help=f"on-disk figures on N recorded sessions of that CLI too "
+                                 f"(bench/{name}_session.py)")
     parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    recorded = {name: getattr(args, name) for name in RECORDED}
     if args.on_disk_json:
         import json
 
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(disk_figures(args.calls, args.team, Path(tmp), args.cli,
-                                          args.codex, args.gemini)))
+                                          recorded)))
         return
     if args.on_disk:
-        compare(args.calls, args.team, args.baseline, args.cli, args.codex, args.gemini)
+        compare(args.calls, args.team, args.baseline, args.cli, recorded)
         return
     sent, chains = exchanges(args.calls, 0)
     requests = sum(len(e.raw_request) for e in sent)

@@ -7,8 +7,9 @@ function tool is offered, ask for a shell-ish call of it (Codex's `exec_command`
 or `shell` tool, or else the first function tool with its first property set to the
 command); once a tool result comes back (a `tool` message, a `function_call_output`), answer
 with it; anything else gets a short text. `options["openai_parallel_tools"] = True` asks for
-two calls at once (a second call of the same tool). `options["responses_script"]`, a function
-of the request to (text, [{call_id, name, arguments}]), answers Responses calls instead.
+two calls at once (a second call of the same tool). `options["chat_script"]` and
+`options["responses_script"]`, functions of the request to (text, [{call_id, name,
+arguments}]), answer Chat Completions and Responses calls instead.
 
 Streams are cut the way the APIs cut them: text in short deltas; Chat tool-call arguments
 in fragments by `index` (parallel calls interleaved, the first fragment carrying id, type
@@ -92,6 +93,8 @@ def _usage_counts(body: bytes) -> tuple[int, int]:
 
 
 def _chat_answer(mock: MockUpstream, request: dict) -> tuple[str, list[dict]]:
+    if script := mock.options.get("chat_script"):
+        return script(request)
     messages = request.get("messages") or []
     last = messages[-1] if messages else {}
     output = _text(last.get("content")) if last.get("role") in ("tool", "function") else None
