@@ -23,23 +23,26 @@ mark, not an edit. A rendering's mark is the first byte of the frames compressed
 - b"C": OpenAI Chat Completions requests (Qwen Code, aider, any OpenAI-compatible client):
   `tool_calls` with their `arguments` string, `tool` messages, and a text-only content both
   as a string and as a list of text parts, since clients write either (--qwen).
+- b"R": OpenAI Responses requests, as Codex writes its items (--codex-http). The items' ids
+  are not in the record, so they are the literals left.
 
-Other dialects (OpenAI Responses, whose WebSocket requests carry no history) keep the plain
-hint (mark b""). Renderings re-serialize values with orjson; store.delta writes a checksum
-into every rendered keyframe, so a rendering that did change (an orjson that writes a value
-differently) is refused loudly, never read back as wrong bytes.
-Any blob renders: a block or a value of a shape a rendering does not know is written as it is.
+Other dialects keep the plain hint (mark b""). Renderings re-serialize values with orjson;
+store.delta writes a checksum into every rendered keyframe, so a rendering that did change
+(an orjson that writes a value differently) is refused loudly, never read back as wrong
+bytes. Any blob renders: a block or a value of a shape a rendering does not know is written
+as it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import orjson
 
 MARKS = {"anthropic.messages": b"W", "gemini.generate": b"G", "gemini.code_assist": b"G",
-         "openai.chat": b"C"}
+         "openai.chat": b"C", "openai.responses": b"R"}
 
 
 def mark(dialect: str) -> bytes:
@@ -295,5 +298,104 @@ def _function(tool: Any) -> bytes:
         "parameters": tool.get("parameters")}})
 
 
+# --- b"R": OpenAI Responses, as Codex writes it -------------------------------------------
+
+
+def _responses(parts: list[bytes], messages: list[bytes]) -> bytes:
+    body = b",".join(_items(orjson.loads(m)) for m in messages)
+    if not parts:
+        return body
+    system, tools, parameters = parts
+    blocks = orjson.loads(system)
+    lead = b'"instructions":' + _texts(blocks, b"input_text") + b"," if blocks else b""
+    return (b"{" + lead + b'"input":[' + body + b'],"tools":'
+            + _list(orjson.loads(tools), _responses_tool) + b"," + parameters[1:])
+
+
+def _items(message: Any) -> bytes:
+    """A message as the items it was: one message item, or a run of the model's items (its
+    text, calls and reasoning, each an item), or a tool output. The items' ids are not in
+    the record: each renders with an empty one, so a body's id is the only literal there."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return orjson.dumps(message)
+    role, blocks = message.get("role"), message["content"]
+    if role == "assistant":
+        return b",".join(_model_item(b) for b in blocks)
+    if role == "tool":
+        return b",".join(_output_item(b) for b in blocks)
+    return (b'{"type":"message","id":"","role":' + orjson.dumps(role) + b',"content":'
+            + _list(blocks, partial(_text_item, b"input_text")) + b"}")
+
+
+def _model_item(block: Any) -> bytes:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind == "text":
+        return (b'{"type":"message","status":"completed","id":"","role":"assistant","content":['
+                + _text_item(b"output_text", block)[:-1] + b',"annotations":[],"logprobs":[]}]}')
+    if kind == "tool_call" and not block.get("server"):
+        raw = block.get("arguments_raw")
+        if block.get("arguments") is None and isinstance(raw, str) and raw:  # freeform
+            return (b'{"type":"custom_tool_call","status":"completed","id":"","call_id":'
+                    + orjson.dumps(block.get("id")) + b',"name":' + orjson.dumps(block.get("name"))
+                    + b',"input":' + orjson.dumps(raw) + b"}")
+        arguments = raw if isinstance(raw, str) else orjson.dumps(block.get("arguments")).decode()
+        return (b'{"type":"function_call","status":"completed","id":"","name":'
+                + orjson.dumps(block.get("name")) + b',"arguments":' + orjson.dumps(arguments)
+                + b',"call_id":' + orjson.dumps(block.get("id")) + b"}")
+    if kind == "tool_call":  # a tool the API ran: its item's id is the record's
+        return (b'{"type":"web_search_call","status":"completed","id":'
+                + orjson.dumps(block.get("id")) + b',"action":'
+                + orjson.dumps(block.get("arguments")) + b"}")
+    if kind == "reasoning":
+        text = block.get("text")
+        summary = (b'[{"type":"summary_text","text":' + orjson.dumps(text) + b"}]" if text
+                   else b"[]")
+        return (b'{"type":"reasoning","id":"","summary":' + summary + b',"encrypted_content":'
+                + orjson.dumps(block.get("encrypted")) + b"}")
+    if kind == "other":
+        return orjson.dumps(block.get("data"))
+    return orjson.dumps(block)
+
+
+def _output_item(block: Any) -> bytes:
+    if not isinstance(block, dict) or block.get("type") != "tool_result":
+        return orjson.dumps(block)
+    content = block.get("content")
+    output = (orjson.dumps(content[0].get("text"))
+              if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
+              and content[0].get("type") == "text" else _texts(content, b"input_text"))
+    return (b'{"type":"function_call_output","id":"","call_id":'
+            + orjson.dumps(block.get("tool_call_id")) + b',"output":' + output + b"}")
+
+
+def _texts(blocks: Any, kind: bytes) -> bytes:
+    """A system prompt or a tool's output: a string when it is one text, else parts."""
+    if (isinstance(blocks, list) and len(blocks) == 1 and isinstance(blocks[0], dict)
+            and blocks[0].get("type") == "text"):
+        return orjson.dumps(blocks[0].get("text"))
+    return _list(blocks, partial(_text_item, kind))
+
+
+def _text_item(kind: bytes, block: Any) -> bytes:
+    if isinstance(block, dict) and block.get("type") == "text":
+        return b'{"type":"' + kind + b'","text":' + orjson.dumps(block.get("text")) + b"}"
+    return orjson.dumps(block)
+
+
+def _responses_tool(tool: Any) -> bytes:
+    if not isinstance(tool, dict):
+        return orjson.dumps(tool)
+    kind, name, parameters = tool.get("kind", "function"), tool.get("name"), tool.get("parameters")
+    if kind == "function":
+        return orjson.dumps({"type": "function", "name": name, "description":
+                             tool.get("description"), "strict": False, "parameters": parameters})
+    if kind == "custom":
+        return orjson.dumps({"type": "custom", "name": name, "description":
+                             tool.get("description"), "format": parameters})
+    named = {"name": name} if name != kind else {}
+    return orjson.dumps({"type": kind, **named,
+                         **(parameters if isinstance(parameters, dict) else {})})
+
+
 _RENDERINGS: dict[bytes, Callable[[list[bytes], list[bytes]], bytes]] = {
-    b"W": _anthropic, b"G": _gemini, b"C": _chat}
+    b"W": _anthropic, b"G": _gemini, b"C": _chat, b"R": _responses}

@@ -356,6 +356,45 @@ def chat_exchanges(n: int = 40, seed: int = 0, parts: bool = True) -> list[Excha
     return out
 
 
+def responses_exchanges(n: int = 40, seed: int = 0) -> list[Exchange]:
+    """A session shaped as Codex's over HTTP (bench/codex_session.py --http recorded those
+    shapes from the real CLI): the whole input resent every call, every item with an id
+    (the client's own for its messages and outputs); each answer a sentence and an
+    exec_command call, resent as the output items came, the command's output as a
+    function_call_output. Answered by the mock's stream, decoded by the real decoder."""
+    from forge_record.decoders.openai_responses import DIALECT
+    from forge_record.mock import openai as mock
+
+    tools = [{"type": "function", "name": name, "description": f"{name}: " + "Runs it. " * 40,
+              "strict": False, "parameters": {"type": "object", "properties": {"cmd": {
+                  "type": "string", "description": "The command."}}, "required": ["cmd"]}}
+             for name in ("exec_command", "write_stdin", "view_image")]
+    items: list[dict] = [
+        {"type": "message", "id": "msg_b1dd9805-f4b0-5fc0-b26e-353576167b0b", "role": "developer",
+         "content": [{"type": "input_text", "text": "You are a coding agent. " * 200}]},
+        {"type": "message", "id": "msg_01a24434-9f90-7f01-a79f-71bb176cb0ec", "role": "user",
+         "content": [{"type": "input_text", "text": "Review the store code."}]}]
+    out = []
+    for seq, (text, command, output) in enumerate(shell_steps(n, seed), 1):
+        call = {"call_id": f"call_{seq:024x}", "name": "exec_command",
+                "arguments": orjson.dumps({"cmd": command}).decode()}
+        body = orjson.dumps({"model": "gpt-5.4", "stream": True, "input": items, "tools": tools,
+                             "tool_choice": "auto", "store": False})
+        response = mock.response_object(orjson.loads(body), body, text, [call])
+        raw_response = b"".join(mock.response_events(response))
+        out.append(_decoded(DIALECT, seq, "https://api.openai.com/v1/responses",
+                            DIALECT.parse_request(body), body, raw_response))
+        message, function_call = response["output"]
+        items += [
+            {"type": "message", "status": "completed", "id": message["id"], "role": "assistant",
+             "content": message["content"]},
+            {"type": "function_call", "status": "completed", "id": function_call["id"],
+             "name": call["name"], "arguments": call["arguments"], "call_id": call["call_id"]},
+            {"type": "function_call_output", "id": f"fco_01a24434-a8fc-7351-8d3a-{seq:012x}",
+             "call_id": call["call_id"], "output": output}]
+    return out
+
+
 def _decoded(dialect, seq: int, url: str, request: Request, body: bytes,
              raw_response: bytes) -> Exchange:
     decoder = dialect.response_decoder("text/event-stream")

@@ -113,9 +113,13 @@ def test_custom_provider_over_http_sse(codex_env):
         run_codex(codex_env, mock)  # auto mode: forward
         assert [r.method for r in mock.requests] == ["POST", "POST"]
         assert not mock.websockets
+        sent = [r.body for r in mock.requests]
     session = stored_session(codex_env)
     second = check_tool_round_trip(session, "https://api.openai.com/v1/responses")
     assert "previous_response_id" not in second["request"]["parameters"]  # HTTP sends it all
+    # Raw requests are compressed against their blobs rendered as Codex writes its items
+    # (store.wire's b"R") and read back as Codex sent them.
+    assert raw_requests(codex_env, session["id"]) == ([b"R", b"R"], sent)
     assert_no_key_stored(codex_env)
     check_recorded_cli_session(codex_env["FORGE_RECORD_HOME"], session)
 
@@ -154,6 +158,19 @@ def test_builtin_provider_over_websocket(codex_env, mode):
     assert parameter_blobs(codex_env) == 2
     assert_no_key_stored(codex_env)
     check_recorded_cli_session(codex_env["FORGE_RECORD_HOME"], session)
+
+
+def raw_requests(env, session_id: str) -> tuple[list[bytes], list[bytes]]:
+    """The marks of a session's raw request frames, and the bodies they read back as."""
+    import sqlalchemy as sa
+
+    from forge_record.store import open_store
+
+    with open_store(f"sqlite:///{env['FORGE_RECORD_HOME']}/traces.db") as store:
+        with store.reading("frames") as conn:
+            marks = [bytes(f[:1]) for f in conn.scalars(sa.text(
+                "SELECT raw_request FROM exchanges ORDER BY seq"))]
+        return marks, [e.raw_request for e in store.iter_exchanges(session_id, raw=True)]
 
 
 def parameter_blobs(env) -> int:

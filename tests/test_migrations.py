@@ -21,6 +21,7 @@ from support import (
     make_exchange,
     make_session,
     realistic_exchanges,
+    responses_exchanges,
     stamped,
 )
 
@@ -516,9 +517,10 @@ def test_0012_downgrade_refuses_a_store_with_parameters_stored_as_changes(engine
         assert list(store.iter_exchanges("s", raw=True)) == sent
 
 
-@pytest.mark.parametrize("made", [gemini_exchanges, chat_exchanges], ids=["gemini", "chat"])
+@pytest.mark.parametrize("made", [gemini_exchanges, chat_exchanges, responses_exchanges],
+                         ids=["gemini", "chat", "responses"])
 def test_0013_downgrade_refuses_a_store_with_requests_in_the_new_renderings(engine, url, made):
-    """Older forge-records know only the b"W" rendering (0013 adds b"G" and b"C")."""
+    """Older forge-records know only the b"W" rendering (0013 adds b"G", b"C" and b"R")."""
     sent = made(6)
     store_session(url, sent)
     with pytest.raises(StoreError, match="1 sessions have raw requests compressed against a"):
