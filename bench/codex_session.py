@@ -2,7 +2,11 @@
 a scripted task under `forge-record run`, whose proxy sends api.openai.com to
 forge_record.mock, and every call is kept as the store read it back (records and raw frames).
 
-    sessions(count, calls=150) -> list[list[Exchange]]   recorded once, then cached
+    sessions(count, calls=150, http=False) -> list[list[Exchange]]   recorded once, then cached
+
+With `http`, Codex talks to a model provider of its config instead (HTTP_PROVIDER: what a
+team's gateway, Azure or a local server looks like to it), over HTTP with SSE, and then each
+call sends the whole conversation, as Claude Code's do.
 
 What is real is every frame Codex sent, as `run` recorded it: its instructions, its ~18 KB
 of tool schemas resent on every call, its parameters (`client_metadata` with a millisecond
@@ -38,17 +42,31 @@ TASK_MARK = "forge-record-bench-codex-task"
 DUMMY_KEY = "forge-record-bench-dummy-key"  # the mock takes any
 
 
-def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
+HTTP_PROVIDER = """\
+model_provider = "gateway"
+[model_providers.gateway]
+name = "gateway"
+base_url = "https://api.openai.com/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+"""
+
+
+def sessions(count: int, calls: int = 150, http: bool = False) -> list[list[Exchange]]:
     """`count` sessions of one Codex version on one project (seeds 0..count-1)."""
-    return recorded.sessions("codex", "Codex", FORMAT, count, calls, record)
+    return recorded.sessions("codex", "Codex", FORMAT, count, calls,
+                             lambda cli, seed, n: record(cli, seed, n, http),
+                             variant="-http" if http else "")
 
 
-def record(cli: str, seed: int, calls: int) -> list[Exchange]:
+def record(cli: str, seed: int, calls: int, http: bool = False) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-codex-") as tmp:
         work = cli_session.checkout(Path(tmp))
         home, codex_home, forge_home = (Path(tmp) / d for d in ("home", "codex", "forge"))
         home.mkdir()
         codex_home.mkdir()
+        if http:
+            (codex_home / "config.toml").write_text(HTTP_PROVIDER)
         plan = recorded.Plan(seed, calls, work)
 
         def answer(request: dict) -> tuple[str, list[dict]]:
@@ -70,13 +88,14 @@ def record(cli: str, seed: int, calls: int) -> list[Exchange]:
                 timeout=1800)
             if done.returncode != 0:
                 sys.exit(f"Codex exited {done.returncode}: {done.stderr[-500:]}")
-            if not mock.websockets:
-                sys.exit("Codex did not use its WebSocket")
+            if bool(mock.websockets) == http:
+                sys.exit(f"Codex used {'a' if http else 'no'} WebSocket")
         return recorded.stored(forge_home)
 
 
-if __name__ == "__main__":
-    for n, made in enumerate(sessions(int(sys.argv[1]) if sys.argv[1:] else 1)):
+if __name__ == "__main__":  # codex_session.py [N] [--http]
+    count = next((int(a) for a in sys.argv[1:] if a.isdigit()), 1)
+    for n, made in enumerate(sessions(count, http="--http" in sys.argv)):
         raw = sum(len(e.raw_request) + len(e.raw_response) for e in made)
         print(f"seed {n}: {len(made)} calls; raw {raw / 1e6:.2f} MB; "
               f"{len({orjson.dumps(e.request.parameters) for e in made if e.request})} "

@@ -27,17 +27,19 @@ from forge_record.store.reader import read_session
 
 
 def sessions(command: str, label: str, fmt: int, count: int, calls: int,
-             record: Callable[[str, int, int], list[Exchange]]) -> list[list[Exchange]]:
+             record: Callable[[str, int, int], list[Exchange]],
+             variant: str = "") -> list[list[Exchange]]:
     """`count` sessions (seeds 0..count-1) of one version of the npm CLI `command` (`label`
     in messages), each `record(path, seed, calls)` once, then cached; `fmt` names the
-    bench's recording format (a new script makes recordings of its own)."""
+    bench's recording format (a new script makes recordings of its own), `variant` a way of
+    running the CLI that makes other recordings."""
     local = cli_session.ROOT / ".cache/npm/node_modules/.bin" / command
     cli = str(local) if local.exists() else shutil.which(command)
     if cli is None:
         sys.exit(f"{label} is not installed (scripts/test installs it with npm)")
     version = subprocess.run([cli, "--version"], capture_output=True, text=True,
                              check=True).stdout.split()[-1]
-    return [cached(f"{command}-{version}-v{fmt}-seed{seed}-calls{calls}",
+    return [cached(f"{command}{variant}-{version}-v{fmt}-seed{seed}-calls{calls}",
                    lambda seed=seed: record(cli, seed, calls))
             for seed in range(count)]
 

@@ -3,7 +3,7 @@ costs per exchange, and how fast any exchange reads back.
 
     .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
                                       [--team 20] [--cli N] [--codex N] [--gemini N]
-                                      [--qwen N]
+                                      [--codex-http N] [--qwen N]
                                       [--baseline REV] [--on-disk]
 
 The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
@@ -26,9 +26,10 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    a call; with `--cli N` the first two on N recorded real Claude Code sessions too
    (bench/cli_session.py), with `--codex N` on N recorded real Codex sessions over its
    WebSocket (bench/codex_session.py), with `--gemini N` on N recorded real Gemini CLI
-   sessions (bench/gemini_session.py), with `--qwen N` on N recorded real Qwen Code sessions
-   over Chat Completions (bench/qwen_session.py); with `--baseline REV` at REV as well, in
-   the same run.
+   sessions (bench/gemini_session.py), with `--codex-http N` on N recorded real Codex
+   sessions over HTTP, with `--qwen N` on N recorded real Qwen Code sessions over Chat
+   Completions (bench/qwen_session.py); with `--baseline REV` at REV as well, in the same
+   run.
 Speed figures are what this machine measured; nothing here asserts them.
 """
 
@@ -267,9 +268,10 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
 TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
 
 
-# The benches of other real CLIs (bench/{name}_session.py, each with sessions(count, calls)),
-# whose session counts `recorded` names.
-RECORDED = ("codex", "gemini", "qwen")
+# The benches of other real CLIs: an option's name, and the bench/ module whose
+# sessions(count, calls, **keywords) records them; `recorded` names their session counts.
+RECORDED = {"codex": ("codex_session", {}), "codex_http": ("codex_session", {"http": True}),
+            "gemini": ("gemini_session", {}), "qwen": ("qwen_session", {})}
 
 
 def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
@@ -297,7 +299,8 @@ def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
     for name, count in (recorded or {}).items():
         if count:
             # recorded as records (bench/recorded.py), which record() finalizes as they are
-            made = importlib.import_module(f"{name}_session").sessions(count, calls)
+            module, keywords = RECORDED[name]
+            made = importlib.import_module(module).sessions(count, calls, **keywords)
             out.update(_sqlite_one(f"{name}_sqlite_one_session", made[0], tmp / f"{name}.db"))
             out.update(_postgres(f"{name}_postgres", made))
     return out
@@ -434,7 +437,7 @@ def baseline(rev: str, calls: int, team: int, cli: int,
             (pkg / "forge_record" / sub).symlink_to(tree / folder)
     done = subprocess.run(
         [sys.executable, __file__, "--on-disk-json", "--calls", str(calls), "--team", str(team),
-         "--cli", str(cli), *[a for name, n in recorded.items() for a in (f"--{name}", str(n))]],
+         "--cli", str(cli), *[a for name, n in recorded.items() for a in (_option(name), str(n))]],
         env={**os.environ, "PYTHONPATH": str(pkg)}, stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
@@ -458,6 +461,10 @@ def compare(calls: int, team: int, rev: str | None, cli: int,
             print(f"  {key:<34} {value / 1e3:8.1f} KB{before}")
 
 
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=150)
@@ -470,10 +477,11 @@ def main() -> None:
     parser.add_argument("--cli", type=int, default=0, metavar="N",
                         help="on-disk figures on N recorded Claude Code sessions too "
                              "(bench/cli_session.py)")
-    for name in RECORDED:
-        parser.add_argument(f"--{name}", type=int, default=0, metavar="N",
+    for name, (module, keywords) in RECORDED.items():
+        parser.add_argument(_option(name), dest=name, type=int, default=0, metavar="N",
                             help=f"on-disk figures on N recorded sessions of that CLI too "
-                                 f"(bench/{name}_session.py)")
+                                 f"(bench/{module}.py{', ' if keywords else ''}"
+                                 f"{', '.join(keywords)})")
     parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     recorded = {name: getattr(args, name) for name in RECORDED}
