@@ -24,8 +24,6 @@ it depends on the CLI's version, the seed and the number of calls.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -62,7 +60,7 @@ def sessions(count: int, calls: int = 150, http: bool = False) -> list[list[Exch
 def record(cli: str, seed: int, calls: int, http: bool = False) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-codex-") as tmp:
         work = cli_session.checkout(Path(tmp))
-        home, codex_home, forge_home = (Path(tmp) / d for d in ("home", "codex", "forge"))
+        home, codex_home = Path(tmp) / "home", Path(tmp) / "codex"
         home.mkdir()
         codex_home.mkdir()
         if http:
@@ -76,27 +74,15 @@ def record(cli: str, seed: int, calls: int, http: bool = False) -> list[Exchange
                           ] if command else []
 
         with MockUpstream(options={"responses_script": answer}) as mock:
-            env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
-                   "HOME": str(home), "CODEX_HOME": str(codex_home), "TMPDIR": tmp,
-                   "FORGE_RECORD_HOME": str(forge_home), "OPENAI_API_KEY": DUMMY_KEY}
-            task = f"Review the store code of this project, one command at a time ({TASK_MARK})."
-            done = subprocess.run(
-                [cli_session.FORGE, "run", "--upstream", f"api.openai.com={mock.url}", "--",
-                 cli, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                 "--color", "never", "-m", "gpt-5.4", task],
-                env=env, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=1800)
-            if done.returncode != 0:
-                sys.exit(f"Codex exited {done.returncode}: {done.stderr[-500:]}")
+            made = recorded.run(
+                "Codex", cli, Path(tmp), f"api.openai.com={mock.url}",
+                ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                 "--color", "never", "-m", "gpt-5.4", recorded.TASK.format(mark=TASK_MARK)],
+                {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": DUMMY_KEY})
             if bool(mock.websockets) == http:
                 sys.exit(f"Codex used {'a' if http else 'no'} WebSocket")
-        return recorded.stored(forge_home)
+        return made
 
 
 if __name__ == "__main__":  # codex_session.py [N] [--http]
-    count = next((int(a) for a in sys.argv[1:] if a.isdigit()), 1)
-    for n, made in enumerate(sessions(count, http="--http" in sys.argv)):
-        raw = sum(len(e.raw_request) + len(e.raw_response) for e in made)
-        print(f"seed {n}: {len(made)} calls; raw {raw / 1e6:.2f} MB; "
-              f"{len({orjson.dumps(e.request.parameters) for e in made if e.request})} "
-              f"distinct parameters")
+    recorded.main(lambda count: sessions(count, http="--http" in sys.argv))

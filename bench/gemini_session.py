@@ -15,9 +15,6 @@ get the mock's short text, or the least JSON their schema accepts.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -48,9 +45,8 @@ def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-gemini-") as tmp:
         work = cli_session.checkout(Path(tmp))
-        home, forge_home = Path(tmp) / "home", Path(tmp) / "forge"
-        (home / ".gemini").mkdir(parents=True)
-        (home / ".gemini" / "settings.json").write_bytes(orjson.dumps(SETTINGS))
+        (Path(tmp) / "home/.gemini").mkdir(parents=True)
+        (Path(tmp) / "home/.gemini/settings.json").write_bytes(orjson.dumps(SETTINGS))
         plan = recorded.Plan(seed, calls, work)
 
         def answer(request: dict) -> dict:
@@ -64,24 +60,11 @@ def record(cli: str, seed: int, calls: int) -> list[Exchange]:
                     "finishReason": "STOP"}
 
         with MockUpstream(options={"gemini_script": answer}) as mock:
-            env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
-                   "HOME": str(home), "TMPDIR": tmp, "FORGE_RECORD_HOME": str(forge_home),
-                   "GEMINI_API_KEY": cli_session.DUMMY_KEY, "GEMINI_CLI_NO_RELAUNCH": "true"}
-            task = f"Review the store code of this project, one command at a time ({TASK_MARK})."
-            done = subprocess.run(
-                [cli_session.FORGE, "run", "--upstream",
-                 f"generativelanguage.googleapis.com={mock.url}", "--",
-                 cli, "-p", task, "--yolo", "-m", MODEL],
-                env=env, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=1800)
-            if done.returncode != 0:
-                sys.exit(f"Gemini CLI exited {done.returncode}: {done.stderr[-500:]}")
-        return recorded.stored(forge_home)
+            return recorded.run(
+                "Gemini CLI", cli, Path(tmp), f"generativelanguage.googleapis.com={mock.url}",
+                ["-p", recorded.TASK.format(mark=TASK_MARK), "--yolo", "-m", MODEL],
+                {"GEMINI_API_KEY": cli_session.DUMMY_KEY, "GEMINI_CLI_NO_RELAUNCH": "true"})
 
 
 if __name__ == "__main__":
-    for n, made in enumerate(sessions(int(sys.argv[1]) if sys.argv[1:] else 1)):
-        requests = sum(len(e.raw_request) for e in made)
-        responses = sum(len(e.raw_response) for e in made)
-        print(f"seed {n}: {len(made)} calls; requests {requests / 1e6:.2f} MB, responses "
-              f"{responses / 1e6:.2f} MB")
+    recorded.main(sessions)

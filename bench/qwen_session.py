@@ -15,9 +15,6 @@ tool get a short text.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -47,9 +44,8 @@ def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-qwen-") as tmp:
         work = cli_session.checkout(Path(tmp))
-        home, forge_home = Path(tmp) / "home", Path(tmp) / "forge"
-        (home / ".qwen").mkdir(parents=True)
-        (home / ".qwen" / "settings.json").write_bytes(orjson.dumps(SETTINGS))
+        (Path(tmp) / "home/.qwen").mkdir(parents=True)
+        (Path(tmp) / "home/.qwen/settings.json").write_bytes(orjson.dumps(SETTINGS))
         plan = recorded.Plan(seed, calls, work)
 
         def answer(request: dict) -> tuple[str, list[dict]]:
@@ -62,24 +58,12 @@ def record(cli: str, seed: int, calls: int) -> list[Exchange]:
                           ] if command else []
 
         with MockUpstream(options={"chat_script": answer}) as mock:
-            env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
-                   "HOME": str(home), "TMPDIR": tmp, "FORGE_RECORD_HOME": str(forge_home),
-                   "OPENAI_API_KEY": DUMMY_KEY, "OPENAI_MODEL": "qwen3-coder-plus",
-                   "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
-            task = f"Review the store code of this project, one command at a time ({TASK_MARK})."
-            done = subprocess.run(
-                [cli_session.FORGE, "run", "--upstream", f"dashscope.aliyuncs.com={mock.url}",
-                 "--", cli, "--auth-type", "openai", "--yolo", task],
-                env=env, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=1800)
-            if done.returncode != 0:
-                sys.exit(f"Qwen Code exited {done.returncode}: {done.stderr[-500:]}")
-        return recorded.stored(forge_home)
+            return recorded.run(
+                "Qwen Code", cli, Path(tmp), f"dashscope.aliyuncs.com={mock.url}",
+                ["--auth-type", "openai", "--yolo", recorded.TASK.format(mark=TASK_MARK)],
+                {"OPENAI_API_KEY": DUMMY_KEY, "OPENAI_MODEL": "qwen3-coder-plus",
+                 "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"})
 
 
 if __name__ == "__main__":
-    for n, made in enumerate(sessions(int(sys.argv[1]) if sys.argv[1:] else 1)):
-        requests = sum(len(e.raw_request) for e in made)
-        responses = sum(len(e.raw_response) for e in made)
-        print(f"seed {n}: {len(made)} calls; requests {requests / 1e6:.2f} MB, responses "
-              f"{responses / 1e6:.2f} MB")
+    recorded.main(sessions)

@@ -2,12 +2,17 @@
 records and raw bodies, which any revision's writer can store again (bench/storage.py). Used
 by the benches of CLIs whose stored requests capture builds from more than one request's
 bytes (Codex's WebSocket: bench/codex_session.py), or whose raw bodies are all a bench needs
-(bench/gemini_session.py). Cached in .cache/bench-sessions/ (or $FORGE_BENCH_SESSIONS).
+(bench/gemini_session.py, bench/qwen_session.py). Cached in .cache/bench-sessions/ (or
+$FORGE_BENCH_SESSIONS).
+
+Each bench gives its CLI the same task (TASK) in a fresh copy of this repository's source,
+under `forge-record run` (`run`), and has its mock answer from the same Plan.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import random
 import shutil
 import subprocess
@@ -59,6 +64,38 @@ def cached(name: str, record: Callable[[], list[Exchange]]) -> list[Exchange]:
     return [exchange_from_dict(d["record"], base64.b64decode(d["raw_request"]),
                                base64.b64decode(d["raw_response"]))
             for d in map(orjson.loads, text.splitlines())]
+
+
+TASK = "Review the store code of this project, one command at a time ({mark})."
+
+
+def run(label: str, cli: str, tmp: Path, upstream: str, argv: list[str],
+        env: dict[str, str]) -> list[Exchange]:
+    """Run `cli argv` through `forge-record run --upstream upstream` in tmp/project (see
+    cli_session.checkout), HOME tmp/home and the store in tmp/forge, `env` on top; leave the
+    bench with the CLI's last words if it fails. Returns what the store read back."""
+    forge_home = tmp / "forge"
+    env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
+           "HOME": str(tmp / "home"), "TMPDIR": str(tmp), "FORGE_RECORD_HOME": str(forge_home),
+           **env}
+    done = subprocess.run([cli_session.FORGE, "run", "--upstream", upstream, "--", cli, *argv],
+                          env=env, cwd=tmp / "project", stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        sys.exit(f"{label} exited {done.returncode}: {done.stderr[-500:]}")
+    return stored(forge_home)
+
+
+def main(sessions: Callable[[int], list[list[Exchange]]]) -> None:
+    """`python bench/<cli>_session.py [N]`: record (or load) N sessions and say their size."""
+    count = next((int(a) for a in sys.argv[1:] if a.isdigit()), 1)
+    for n, made in enumerate(sessions(count)):
+        requests = sum(len(e.raw_request) for e in made)
+        responses = sum(len(e.raw_response) for e in made)
+        print(f"seed {n}: {len(made)} calls; requests {requests / 1e6:.2f} MB, responses "
+              f"{responses / 1e6:.2f} MB; "
+              f"{len({orjson.dumps(e.request.parameters) for e in made if e.request})} "
+              f"distinct parameters")
 
 
 def stored(forge_home: Path) -> list[Exchange]:
