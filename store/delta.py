@@ -11,8 +11,8 @@ the same two points. `hint` is bytes the reader also has: the blobs of the messa
 exchange added, so text that first appeared in the normalized record costs nothing twice.
 A body with no parent is a keyframe, b"K" zstd(body, prefix = hint), where the hint holds
 every blob of the request: compressed against its own normalized content, a keyframe of a
-500 KB body costs a few KB. A request frame may start with a rendering's mark (store.wire:
-b"W", b"G"): its hint is then those blobs rendered in the dialect's wire form, which a body
+500 KB body costs a few KB. A request frame may start with a rendering's mark (one byte,
+store.wire): its hint is then those blobs rendered in the dialect's wire form, which a body
 matches in a few long runs.
 The writer makes every RAW_KEYFRAME_EVERY-th body of a chain a keyframe, so rebuilding any
 body decompresses at most that many frames.
@@ -39,7 +39,6 @@ RESPONSE_LEVEL = 6
 # requests take 33.6 instead of 37.9 KB, for a few ms more a keyframe (~0.1 ms a call);
 # level 15 saved 1.3 KB more for three times that.
 KEYFRAME_LEVEL = 9
-
 
 
 def encode(body: bytes, parent: bytes | None, hint: bytes,
