@@ -3,7 +3,7 @@ costs per exchange, and how fast any exchange reads back.
 
     .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
                                       [--team 20] [--cli N] [--codex N] [--gemini N]
-                                      [--codex-http N] [--qwen N]
+                                      [--codex-http N] [--qwen N] [--opencode N]
                                       [--baseline REV] [--on-disk]
 
 The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
@@ -28,8 +28,9 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    WebSocket (bench/codex_session.py), with `--gemini N` on N recorded real Gemini CLI
    sessions (bench/gemini_session.py), with `--codex-http N` on N recorded real Codex
    sessions over HTTP, with `--qwen N` on N recorded real Qwen Code sessions over Chat
-   Completions (bench/qwen_session.py); with `--baseline REV` at REV as well, in the same
-   run.
+   Completions (bench/qwen_session.py), with `--opencode N` on N recorded real opencode
+   sessions over Anthropic Messages (bench/opencode_session.py); with `--baseline REV` at REV
+   as well, in the same run.
 Speed figures are what this machine measured; nothing here asserts them.
 """
 
@@ -271,7 +272,8 @@ TEAM_HARNESS = 1000  # gen_session harness_seed shared by the team's sessions
 # The benches of other real CLIs: an option's name, and the bench/ module whose
 # sessions(count, calls, **keywords) records them; `recorded` names their session counts.
 RECORDED = {"codex": ("codex_session", {}), "codex_http": ("codex_session", {"http": True}),
-            "gemini": ("gemini_session", {}), "qwen": ("qwen_session", {})}
+            "gemini": ("gemini_session", {}), "qwen": ("qwen_session", {}),
+            "opencode": ("opencode_session", {})}
 
 
 def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
