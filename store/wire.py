@@ -61,6 +61,37 @@ def render(mark: bytes, parts: list[bytes], messages: list[bytes]) -> bytes:
     return rendering(parts, messages)
 
 
+# --- what the renderings share ------------------------------------------------------
+
+
+def _list(value: Any, item) -> bytes:
+    if not isinstance(value, list):
+        return orjson.dumps(value)
+    return b"[" + b",".join(item(v) for v in value) + b"]"
+
+
+def _arguments(block: dict) -> str:
+    """A tool call's arguments as the client sent them: their raw JSON text where the record
+    kept it, else the parsed value written again."""
+    raw = block.get("arguments_raw")
+    return raw if isinstance(raw, str) and raw else orjson.dumps(block.get("arguments")).decode()
+
+
+def _texts(blocks: Any, kind: bytes, strings: bool = True) -> bytes:
+    """Text content as OpenAI clients write it: with `strings`, a single text as a string;
+    else a list of parts, each text a `{"type": kind, "text": ...}`."""
+    if (strings and isinstance(blocks, list) and len(blocks) == 1
+            and isinstance(blocks[0], dict) and blocks[0].get("type") == "text"):
+        return orjson.dumps(blocks[0].get("text"))
+    return _list(blocks, partial(_text_item, kind))
+
+
+def _text_item(kind: bytes, block: Any) -> bytes:
+    if isinstance(block, dict) and block.get("type") == "text":
+        return b'{"type":"' + kind + b'","text":' + orjson.dumps(block.get("text")) + b"}"
+    return orjson.dumps(block)
+
+
 # --- b"W": Anthropic Messages, as Claude Code writes them ---------------------------------
 
 
@@ -72,12 +103,6 @@ def _anthropic(parts: list[bytes], messages: list[bytes]) -> bytes:
     # The parameters blob's own bytes, its braces opened: they are the body's last keys.
     return (b'{"messages":[' + body + b'],"system":' + _list(orjson.loads(system), _block)
             + b',"tools":' + _list(orjson.loads(tools), _tool) + b"," + parameters[1:])
-
-
-def _list(value: Any, item) -> bytes:
-    if not isinstance(value, list):
-        return orjson.dumps(value)
-    return b"[" + b",".join(item(v) for v in value) + b"]"
 
 
 def _message(message: Any) -> bytes:
@@ -100,11 +125,9 @@ def _block(block: Any) -> bytes:
         return orjson.dumps(block)
     kind = block.get("type")
     if kind == "tool_call":
-        raw = block.get("arguments_raw")
-        arguments = raw.encode() if isinstance(raw, str) and raw else orjson.dumps(
-            block.get("arguments"))
         return (b'{"type":"tool_use","id":' + orjson.dumps(block.get("id")) + b',"name":'
-                + orjson.dumps(block.get("name")) + b',"input":' + arguments + b"}")
+                + orjson.dumps(block.get("name")) + b',"input":' + _arguments(block).encode()
+                + b"}")
     if kind == "reasoning":
         return orjson.dumps({"type": "thinking", "thinking": block.get("text", ""),
                              "signature": block.get("signature", "")})
@@ -179,11 +202,9 @@ def _part(block: Any) -> bytes:
         thought = b'{"text":' + orjson.dumps(block.get("text")) + b',"thought":true}'
         return _signed(thought, block["signature"]) if block.get("signature") else thought
     if kind == "tool_call":
-        raw = block.get("arguments_raw")
-        arguments = raw.encode() if isinstance(raw, str) and raw else orjson.dumps(
-            block.get("arguments"))
         return (b'{"functionCall":{' + _id(block.get("id"), block.get("name")) + b'"args":'
-                + arguments + b',"name":' + orjson.dumps(block.get("name")) + b"}}")
+                + _arguments(block).encode() + b',"name":' + orjson.dumps(block.get("name"))
+                + b"}}")
     if kind == "tool_result":
         # The response object is the first text block's text (decoders.gemini_parts keeps it
         # as JSON text): written as it is, it is the body's bytes again.
@@ -236,7 +257,7 @@ def _chat_request(parts: list[bytes], messages: list[bytes], strings: bool) -> b
         return body
     system, tools, parameters = parts
     blocks = orjson.loads(system)
-    lead = (b'{"role":"system","content":' + _chat_content(blocks, strings) + b"},"
+    lead = (b'{"role":"system","content":' + _texts(blocks, b"text", strings) + b"},"
             if blocks else b"")
     return (b'{"messages":[' + lead + body + b'],"tools":' + _list(orjson.loads(tools), _function)
             + b"," + parameters[1:])
@@ -249,11 +270,11 @@ def _chat_message(message: Any, strings: bool) -> bytes:
     if role == "tool":  # one ToolResult a message (decoders.openai_chat)
         return b",".join(_tool_message(b, strings) for b in blocks)
     if role != "assistant":
-        return (b'{"role":' + orjson.dumps(role) + b',"content":' + _chat_content(blocks, strings)
+        return (b'{"role":' + orjson.dumps(role) + b',"content":' + _texts(blocks, b"text", strings)
                 + b"}")
     kinds = [b.get("type") if isinstance(b, dict) else None for b in blocks]
     said = [b for b, k in zip(blocks, kinds, strict=True) if k not in ("tool_call", "reasoning")]
-    out = b'{"role":"assistant","content":' + (_chat_content(said, strings) if said else b"null")
+    out = b'{"role":"assistant","content":' + (_texts(said, b"text", strings) if said else b"null")
     for block, kind in zip(blocks, kinds, strict=True):
         if kind == "reasoning" and block.get("text"):
             out += b',"reasoning_content":' + orjson.dumps(block["text"])
@@ -265,29 +286,13 @@ def _tool_message(block: Any, strings: bool) -> bytes:
     if not isinstance(block, dict) or block.get("type") != "tool_result":
         return orjson.dumps(block)
     return (b'{"role":"tool","tool_call_id":' + orjson.dumps(block.get("tool_call_id"))
-            + b',"content":' + _chat_content(block.get("content"), strings) + b"}")
+            + b',"content":' + _texts(block.get("content"), b"text", strings) + b"}")
 
 
 def _chat_call(block: dict) -> bytes:
-    raw = block.get("arguments_raw")
-    arguments = raw if isinstance(raw, str) else orjson.dumps(block.get("arguments")).decode()
     return (b'{"id":' + orjson.dumps(block.get("id")) + b',"type":"function","function":{"name":'
-            + orjson.dumps(block.get("name")) + b',"arguments":' + orjson.dumps(arguments) + b"}}")
-
-
-def _chat_content(blocks: Any, strings: bool) -> bytes:
-    if not isinstance(blocks, list):
-        return orjson.dumps(blocks)
-    if strings and len(blocks) == 1 and isinstance(blocks[0], dict) and (
-            blocks[0].get("type") == "text"):
-        return orjson.dumps(blocks[0].get("text"))
-    return _list(blocks, _text_part)
-
-
-def _text_part(block: Any) -> bytes:
-    if isinstance(block, dict) and block.get("type") == "text":
-        return b'{"type":"text","text":' + orjson.dumps(block.get("text")) + b"}"
-    return orjson.dumps(block)
+            + orjson.dumps(block.get("name")) + b',"arguments":' + orjson.dumps(_arguments(block))
+            + b"}}")
 
 
 def _function(tool: Any) -> bytes:
@@ -324,7 +329,7 @@ def _items(message: Any) -> bytes:
     if role == "tool":
         return b",".join(_output_item(b) for b in blocks)
     return (b'{"type":"message","id":"","role":' + orjson.dumps(role) + b',"content":'
-            + _list(blocks, partial(_text_item, b"input_text")) + b"}")
+            + _texts(blocks, b"input_text", strings=False) + b"}")
 
 
 def _model_item(block: Any) -> bytes:
@@ -338,10 +343,10 @@ def _model_item(block: Any) -> bytes:
             return (b'{"type":"custom_tool_call","status":"completed","id":"","call_id":'
                     + orjson.dumps(block.get("id")) + b',"name":' + orjson.dumps(block.get("name"))
                     + b',"input":' + orjson.dumps(raw) + b"}")
-        arguments = raw if isinstance(raw, str) else orjson.dumps(block.get("arguments")).decode()
         return (b'{"type":"function_call","status":"completed","id":"","name":'
-                + orjson.dumps(block.get("name")) + b',"arguments":' + orjson.dumps(arguments)
-                + b',"call_id":' + orjson.dumps(block.get("id")) + b"}")
+                + orjson.dumps(block.get("name")) + b',"arguments":'
+                + orjson.dumps(_arguments(block)) + b',"call_id":' + orjson.dumps(block.get("id"))
+                + b"}")
     if kind == "tool_call":  # a tool the API ran: its item's id is the record's
         return (b'{"type":"web_search_call","status":"completed","id":'
                 + orjson.dumps(block.get("id")) + b',"action":'
@@ -360,26 +365,9 @@ def _model_item(block: Any) -> bytes:
 def _output_item(block: Any) -> bytes:
     if not isinstance(block, dict) or block.get("type") != "tool_result":
         return orjson.dumps(block)
-    content = block.get("content")
-    output = (orjson.dumps(content[0].get("text"))
-              if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
-              and content[0].get("type") == "text" else _texts(content, b"input_text"))
     return (b'{"type":"function_call_output","id":"","call_id":'
-            + orjson.dumps(block.get("tool_call_id")) + b',"output":' + output + b"}")
-
-
-def _texts(blocks: Any, kind: bytes) -> bytes:
-    """A system prompt or a tool's output: a string when it is one text, else parts."""
-    if (isinstance(blocks, list) and len(blocks) == 1 and isinstance(blocks[0], dict)
-            and blocks[0].get("type") == "text"):
-        return orjson.dumps(blocks[0].get("text"))
-    return _list(blocks, partial(_text_item, kind))
-
-
-def _text_item(kind: bytes, block: Any) -> bytes:
-    if isinstance(block, dict) and block.get("type") == "text":
-        return b'{"type":"' + kind + b'","text":' + orjson.dumps(block.get("text")) + b"}"
-    return orjson.dumps(block)
+            + orjson.dumps(block.get("tool_call_id")) + b',"output":'
+            + _texts(block.get("content"), b"input_text") + b"}")
 
 
 def _responses_tool(tool: Any) -> bytes:
