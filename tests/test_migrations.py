@@ -495,36 +495,29 @@ def test_0010_downgrade_refuses_a_store_whose_segments_go_on_from_earlier_ones(
         assert list(store.iter_exchanges("a", raw=True)) == sent
 
 
-def test_0011_downgrade_refuses_a_store_with_system_prompts_in_parts(engine, url):
-    """Older forge-records read a system prompt as one blob name (0011 names it in parts)."""
-    sent = billed(realistic_exchanges(6))
+# Revisions an older forge-record cannot read past, each with a session only it can read: its
+# downgrade refuses, in one line, and leaves the store as it was. (revision, session, error)
+REFUSED_DOWNGRADES = {
+    # Older forge-records read a system prompt as one blob name (0011 names it in parts)...
+    "0011, system in parts": ("0011", lambda: billed(realistic_exchanges(6)),
+                              "1 sessions have system prompts stored in parts"),
+    # ... and parameters as one blob name (0012 names them as changes) ...
+    "0012, parameters as changes": ("0012", lambda: stamped(realistic_exchanges(6)),
+                                    "1 sessions have parameters stored as changes"),
+    # ... and know only the b"W" rendering (0013 adds b"G", b"C" and b"R").
+    **{f"0013, {name}": ("0013", made, "1 sessions have raw requests compressed against a")
+       for name, made in (("gemini", gemini_exchanges), ("chat", chat_exchanges),
+                          ("responses", responses_exchanges))},
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_DOWNGRADES)
+def test_a_downgrade_refuses_a_store_only_its_revision_reads(engine, url, case):
+    revision, made, error = REFUSED_DOWNGRADES[case]
+    sent = made()
     store_session(url, sent)
-    with pytest.raises(StoreError, match="1 sessions have system prompts stored in parts"):
-        migrate.downgrade(engine, "0010")
-    assert migrate.current(engine) == migrate.head()
-    with open_store(url) as store:
-        assert list(store.iter_exchanges("s", raw=True)) == sent
-
-
-def test_0012_downgrade_refuses_a_store_with_parameters_stored_as_changes(engine, url):
-    """Older forge-records read parameters as one blob name (0012 names them as changes)."""
-    sent = stamped(realistic_exchanges(6))
-    store_session(url, sent)
-    with pytest.raises(StoreError, match="1 sessions have parameters stored as changes"):
-        migrate.downgrade(engine, "0011")
-    assert migrate.current(engine) == migrate.head()
-    with open_store(url) as store:
-        assert list(store.iter_exchanges("s", raw=True)) == sent
-
-
-@pytest.mark.parametrize("made", [gemini_exchanges, chat_exchanges, responses_exchanges],
-                         ids=["gemini", "chat", "responses"])
-def test_0013_downgrade_refuses_a_store_with_requests_in_the_new_renderings(engine, url, made):
-    """Older forge-records know only the b"W" rendering (0013 adds b"G", b"C" and b"R")."""
-    sent = made(6)
-    store_session(url, sent)
-    with pytest.raises(StoreError, match="1 sessions have raw requests compressed against a"):
-        migrate.downgrade(engine, "0012")
+    with pytest.raises(StoreError, match=error):
+        migrate.downgrade(engine, f"{int(revision) - 1:04d}")
     assert migrate.current(engine) == migrate.head()
     with open_store(url) as store:
         assert list(store.iter_exchanges("s", raw=True)) == sent
