@@ -297,7 +297,12 @@ def test_what_a_cut_could_split_is_redacted_as_whole(middle):
     assert Redactor(b"k").bytes(body) == Redactor(b"k")._whole(body)
 
 
-def test_an_agents_next_request_has_only_its_new_pieces_redacted(monkeypatch):
+@pytest.mark.parametrize("first", [
+    "DB_PASSWORD=hunter22\n",
+    # code that looks for key blocks quotes their start, but no block can begin there
+    'DB_PASSWORD=hunter22\nif b"-----BEGIN " in data:\n',
+])
+def test_an_agents_next_request_has_only_its_new_pieces_redacted(monkeypatch, first):
     """Code that reads like an assignment (`token = ...`) in the history makes every later
     request a body that may hold a secret; of each, only what the one before lacked is
     redacted again."""
@@ -305,7 +310,7 @@ def test_an_agents_next_request_has_only_its_new_pieces_redacted(monkeypatch):
     whole = Redactor._text
     monkeypatch.setattr(Redactor, "_text",
                         lambda self, text: redacted.append(len(text)) or whole(self, text))
-    messages = [{"role": "user", "content": "DB_PASSWORD=hunter22\n" + _FILLER}]
+    messages = [{"role": "user", "content": first + _FILLER}]
     redactor = Redactor(b"k")
     for turn in range(6):
         body = orjson.dumps({"model": "m", "messages": messages, "stream": True})

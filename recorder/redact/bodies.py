@@ -35,8 +35,9 @@ from forge_record.shared_ends import common_ends, common_prefix
 
 # (kind, pattern). Each starts with a literal, which keeps one pass over a 80 KB body near a
 # millisecond. Order matters: private key blocks before what could match inside them.
+_PRIVATE_KEY_HEADER = r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
 _PATTERNS: list[tuple[str, str]] = [
-    ("private_key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----"),
+    ("private_key", _PRIVATE_KEY_HEADER + r".*?-----END [A-Z ]*PRIVATE KEY-----"),
     ("anthropic_key", r"sk-ant-[A-Za-z0-9_-]{20,}"),
     ("openai_key", r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
     ("google_key", r"AIza[0-9A-Za-z_-]{35}"),
@@ -124,16 +125,18 @@ _REMEMBERED = 4
 # `}` that ends one JSON object of a list and is followed by the next (`,{"` or `, {"`), and
 # a piece redacted for one of the last few bodies is not redacted again: a 300 KB request
 # took 13 ms, now its new messages do. No pattern matches across such a cut: every pattern
-# stops at `{` or `"`, but the private key block's, so a body with "-----BEGIN " in it is
-# redacted whole, as is any with user patterns; and a cut is not made where a placeholder's
-# look-back (_in_placeholder, 40 characters) would reach an unclosed "[REDACTED:" before
-# it. So the pieces join into what redacting the whole gives (tests/test_secrets.py).
+# stops at `{` or `"`, but the private key block's, so a body with a block's header in it is
+# redacted whole, as is any with user patterns (a body that only quotes "-----BEGIN ", as
+# code that looks for keys does, is not: no block matches without a header); and a cut is
+# not made where a placeholder's look-back (_in_placeholder, 40 characters) would reach an
+# unclosed "[REDACTED:" before it. So the pieces join into what redacting the whole gives
+# (tests/test_secrets.py).
 # The pieces of the bytes a body shares with one of those bodies from its start are that
 # body's, and so are their redactions: they are not cut and looked up again (a cut depends on
 # the 160 bytes before it and the 4 after it).
 _CUT = re.compile(rb'\}(?=, ?\{")')
 _CUT_AHEAD = 4
-_BEGIN = b"-----BEGIN "
+_HEADER = re.compile(_PRIVATE_KEY_HEADER.encode())
 _OPENING = b"[REDACTED:"
 # How far around the changed bytes to search anew: a needle that overlaps them, a match that
 # starts before its needle (its back offset) and the two bytes a start looks back at for a
@@ -255,7 +258,7 @@ class Redactor:
         are (the redaction would corrupt a binary body)."""
         if not self.may_hold_secrets(data):
             return data
-        if len(data) >= REMEMBER_FROM and self._custom is None and _BEGIN not in data:
+        if len(data) >= REMEMBER_FROM and self._custom is None and not _HEADER.search(data):
             return self._in_pieces(data)
         return self._whole(data)
 
