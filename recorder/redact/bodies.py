@@ -258,7 +258,8 @@ class Redactor:
         are (the redaction would corrupt a binary body)."""
         if not self.may_hold_secrets(data):
             return data
-        if len(data) >= REMEMBER_FROM and self._custom is None and not _HEADER.search(data):
+        if (len(data) >= REMEMBER_FROM and self._custom is None
+                and (_KEY_NEEDLES[0][0] not in data or not _HEADER.search(data))):
             return self._in_pieces(data)
         return self._whole(data)
 
@@ -275,9 +276,8 @@ class Redactor:
         are cut between ASCII bytes, so the body decodes if and only if each piece does."""
         cuts = list(self._cut)  # a copy: another thread may append
         known = [c.made for c in reversed(cuts)]  # newest first
-        head, shared = max(((c, c.shared(data)) for c in cuts), key=lambda found: found[1],
-                           default=(None, 0))
-        start = head.ends[shared - 1] if shared else 0
+        head, shared = _head(cuts, data)
+        start = head.ends[shared - 1] if head is not None and shared else 0
         made: dict[bytes, bytes] = {}
         pieces = _pieces(data, start)
         for piece in pieces:
@@ -374,6 +374,21 @@ def strings(value: Any) -> str:
         elif hasattr(item, "__slots__"):
             stack.extend(getattr(item, name) for name in item.__slots__)
     return "\0".join(found)
+
+
+def _head(cuts: list[_Cut], data: bytes) -> tuple[_Cut | None, int]:
+    """The remembered body `data` shares the most pieces with from its start, and how many;
+    the newest first, and the first that has half of `data` (usually its thread's body
+    before) ends the search. Any body gives the same redaction, the more it shares the less
+    is cut."""
+    best, most = None, 0
+    for cut in reversed(cuts):
+        shared = cut.shared(data)
+        if shared > most:
+            best, most = cut, shared
+        if most and 2 * best.ends[most - 1] >= len(data):
+            break
+    return best, most
 
 
 def _pieces(data: bytes, start: int = 0) -> list[bytes]:
