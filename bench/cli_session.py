@@ -2,7 +2,8 @@
 `forge-record run`, whose proxy sends api.anthropic.com to forge_record.mock, and every call's
 bytes are kept as the mock received and sent them.
 
-    sessions(count, calls=150) -> list[list[gen_session.Call]]   recorded once, then cached
+    sessions(count, calls=150, window=None) -> list[list[gen_session.Call]]   recorded once,
+                                                                              then cached
 
 What is real is every request byte and header, as `run` sees them: Claude Code's own system
 prompt, its ~65 KB of tool schemas, metadata, beta headers, cache markers, and the history it
@@ -18,16 +19,21 @@ identifier, git, ls, wc, sed), or Edit a line of a file read before. Halfway, th
 hands a task to a sub-agent (Claude Code's Agent tool), which makes AGENT_CALLS calls of its
 own with its own system prompt and tools before it reports back. The last call gets a closing
 text. The usage each answer reports grows with the request (a quarter of its bytes as cache
-reads); Claude Code 2.1.197 compacted none of these sessions (it did not at ten times that
-either), but a compaction request would get a summary.
+reads), and count_tokens answers the same. At 150 calls (~500 KB, ~125,000 tokens) Claude
+Code 2.1.197 does not compact. With `window` it compacts as if its model's context were that
+many tokens (CLAUDE_CODE_AUTO_COMPACT_WINDOW, 100,000 at least): past ~360 KB at 125,000 it
+asks for a summary (a user message of its own, sometimes followed by a system-role reminder),
+which the mock writes naming the task, so the calls after it still read as the main loop's;
+a 1,000-call session compacts 10 times, every ~95 calls, ~210 KB a request on average.
 
-A recording depends on the CLI's version, the seed and the number of calls; it is kept in
-.cache/bench-sessions/ (or $FORGE_BENCH_SESSIONS; the CLI's prompts are not ours to ship,
-so none is committed).
+A recording depends on the CLI's version, the seed, the number of calls and the window; it is
+kept in .cache/bench-sessions/ (or $FORGE_BENCH_SESSIONS; the CLI's prompts are not ours to
+ship, so none is committed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -38,6 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 # gen_session: bench/ is on sys.path (run from there, or imported by a bench that is)
@@ -67,8 +74,10 @@ def claude() -> str | None:
     return str(local) if local.exists() else shutil.which("claude")
 
 
-def sessions(count: int, calls: int = 150) -> list[list[Call]]:
-    """`count` sessions of one Claude Code version on one project (seeds 0..count-1)."""
+def sessions(count: int, calls: int = 150, window: int | None = None) -> list[list[Call]]:
+    """`count` sessions of one Claude Code version on one project (seeds 0..count-1); with
+    `window`, the CLI compacts its conversation as if the model's context were that many
+    tokens (CLAUDE_CODE_AUTO_COMPACT_WINDOW, 100,000 at least)."""
     cli = claude()
     if cli is None:
         sys.exit("Claude Code is not installed (scripts/test installs it with npm)")
@@ -76,12 +85,13 @@ def sessions(count: int, calls: int = 150) -> list[list[Call]]:
                              check=True).stdout.split()[0]
     out = []
     for seed in range(count):
-        path = CACHE / f"claude-{version}-v{FORMAT}-seed{seed}-calls{calls}.jsonl.zst"
+        compacted = f"-window{window}" if window else ""
+        path = CACHE / f"claude-{version}-v{FORMAT}-seed{seed}-calls{calls}{compacted}.jsonl.zst"
         if not path.exists():
             CACHE.mkdir(parents=True, exist_ok=True)
             lines = b"".join(orjson.dumps({**vars(c), "request": c.request.decode(),
                                            "response": c.response.decode()}) + b"\n"
-                             for c in record(cli, seed, calls))
+                             for c in record(cli, seed, calls, window))
             path.write_bytes(zstandard.ZstdCompressor(level=19).compress(lines))
         text = zstandard.ZstdDecompressor().decompress(path.read_bytes())
         out.append([Call(c["path"], c["request"].encode(), c["response"].encode(), c["chain"],
@@ -104,28 +114,41 @@ def checkout(tmp: Path) -> Path:
     return work
 
 
-def record(cli: str, seed: int, calls: int) -> list[Call]:
+def record(cli: str, seed: int, calls: int, window: int | None = None) -> list[Call]:
+    with scripted(cli, seed, calls, window) as (script, run, agent, env, work):
+        done = subprocess.run([FORGE, "run", *run, "--", *agent], env=env, cwd=work,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=1800)
+        if done.returncode != 0:
+            sys.exit(f"Claude Code exited {done.returncode}: {done.stderr[-500:]}")
+        return script.recorded
+
+
+@contextlib.contextmanager
+def scripted(cli: str, seed: int, calls: int, window: int | None = None
+             ) -> Iterator[tuple[Script, list[str], list[str], dict[str, str], Path]]:
+    """One session's set-up: the plan's Script answering from a mock, the options that make
+    `forge-record run` send the CLI's calls there, the CLI's command, its environment and
+    the fresh checkout it works in."""
     with tempfile.TemporaryDirectory(prefix="forge-bench-cli-") as tmp:
         # A fresh home and checkout per session, as on each member's machine of a team.
         work, home = checkout(Path(tmp)), Path(tmp) / "home"
         home.mkdir()
         script = Script(seed, calls, work)
-        with MockUpstream(routes=[("POST", lambda p: p == "/v1/messages", script.reply)]) as mock:
+        with MockUpstream(routes=[("POST", lambda p: p == "/v1/messages", script.reply),
+                                  ("POST", lambda p: p == "/v1/messages/count_tokens",
+                                   script.count)]) as mock:
             env = {"PATH": f"{Path(cli).parent}{os.pathsep}{os.environ['PATH']}",
                    "HOME": str(home), "TMPDIR": tmp, "ANTHROPIC_API_KEY": DUMMY_KEY,
                    "FORGE_RECORD_HOME": str(Path(tmp) / "forge"),  # its store: not kept
                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
                    "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
-                   "IS_SANDBOX": "1"}  # lets --dangerously-skip-permissions run as root
+                   "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root
+                   **({"CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(window)} if window else {})}
             task = (f"Review the store code of this project and tidy what you find "
                     f"({TASK_MARK} {seed}).")
-            done = subprocess.run([FORGE, "run", "--upstream", f"api.anthropic.com={mock.url}",
-                                   "--", cli, "-p", task, "--dangerously-skip-permissions"],
-                                  env=env, cwd=work, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=1800)
-            if done.returncode != 0:
-                sys.exit(f"Claude Code exited {done.returncode}: {done.stderr[-500:]}")
-        return script.recorded
+            yield (script, ["--upstream", f"api.anthropic.com={mock.url}"],
+                   [cli, "-p", task, "--dangerously-skip-permissions"], env, work)
 
 
 class Script:
@@ -162,6 +185,11 @@ class Script:
         events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
         return dataclasses.replace(Reply.stream(events), headers=headers)
 
+    def count(self, _mock: MockUpstream, received: Received) -> Reply:
+        """count_tokens, which the CLI asks near its compaction threshold: what the usage
+        of an answer to these bytes would say."""
+        return Reply.json({"input_tokens": len(received.body) // 4})
+
     def api_headers(self, size: int) -> dict[str, str]:
         """The headers the API documents on every response: its request id, the
         organization, and where each rate limit stands (spent by this call's tokens)."""
@@ -180,12 +208,14 @@ class Script:
         return out | {"cf-ray": f"{rng.getrandbits(64):016x}-SJC", "x-robots-tag": "none"}
 
     def answer(self, request: dict, chain: str) -> tuple[list[dict], str]:
-        last = request["messages"][-1]["content"]
+        # The user's last message: the CLI may put a system-role reminder after it.
+        last = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
         said = [last] if isinstance(last, str) else [
             b.get("text", "") for b in last if b.get("type") == "text"]
-        # Its own text block: tool output and reminders may quote the instruction (this
-        # repository's mock does).
-        if any(text.lstrip().startswith(COMPACT_INSTRUCTION) for text in said):
+        # The compaction request ends with a text block of its own that states the task after
+        # a preamble; tool output and reminders may quote the instruction (this repository's
+        # mock does), and they are tool results or come earlier, tagged.
+        if said and COMPACT_INSTRUCTION in said[-1][:1000] and not said[-1].startswith("<"):
             summary = f"<summary>{self.words.prose(3000)} ({TASK_MARK})</summary>"
             return [{"type": "text", "text": summary}], "end_turn"
         made = sum(c.chain == chain for c in self.recorded)

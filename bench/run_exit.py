@@ -1,20 +1,27 @@
 """How long `forge-record run` takes to exit once its agent has, on a long growing session.
 
     python bench/run_exit.py [--calls 1000] [--kb 200] [--postgres] [--base DIR] [--json FILE]
+    python bench/run_exit.py --cli [--calls 1000] [--window 125000] [--postgres] [--base DIR]
 
 `forge-record run --mode reverse --harness generic` (through this script's --wrap, which is
-the console script with two timers added) records an agent (this script's --client) that
+the console script with timers added) records an agent (this script's --client) that
 makes CALLS streamed Messages calls to bench/mock_server.py, with contexts growing from
 0.75*KB to 1.25*KB (KB on average), each call's context the previous one, its answer (text
 and a tool call) and a turn (the tool's result and a user text), as an agent sends it, into
-a fresh SQLite store (with --postgres, a new database of the local Postgres). The agent
-writes the CLOCK_MONOTONIC time it exits at; run's exit is taken when its process ends. The
-time between is split into:
+a fresh SQLite store (with --postgres, a new database of the local Postgres). With --cli the
+agent is the real Claude Code working through bench/cli_session.py's plan of CALLS main-loop
+calls, compacting its conversation as if its model's context were WINDOW tokens (past ~360
+KB at 125,000: ~210 KB on average), recorded as a user records it (`run -- claude ...`,
+forward mode); this script's --exec runs it and stamps its exit. The agent writes the
+CLOCK_MONOTONIC time it exits at; run's exit is taken when its process ends. The time
+between is split into:
   drain    the agent's exit to the writer process closed (proxy stopped, the end sent, the
            writer's queue written and its counters back: WriterProcess.close); of it, the
            time to the proxy stopped is shown apart
   summary  the closing line (run._print_summary: today's store read-back, or not)
   rest     the interpreter's exit
+and the writer process's CPU a call (run's children less the agent's own) and its peak RSS
+(VmHWM when the close begins).
 `--base DIR` runs the same against another revision (DIR: a `forge_record` package laid out
 as installed, see bench/forge_proc.py), in the same run, rounds interleaved.
 """
@@ -22,15 +29,18 @@ as installed, see bench/forge_proc.py), in the same run, rounds interleaved.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,6 +84,16 @@ def client(calls: int, kb: int, stamp: str) -> None:
     Path(stamp).write_text(f"{time.monotonic()} {time.process_time()}")
 
 
+def exec_agent(stamp: str, command: list[str]) -> int:
+    """Run the agent `command`, then write its exit time and the CPU seconds it and this
+    process spent to `stamp`; its exit code."""
+    code = subprocess.run(command).returncode
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    Path(stamp).write_text(f"{time.monotonic()} "
+                           f"{time.process_time() + used.ru_utime + used.ru_stime}")
+    return code
+
+
 def answer_of(stream: bytes) -> list[dict]:
     """The answer's content blocks from its Messages stream, as an agent puts them back into
     the history it sends next (what lets the recorder see one conversation going on)."""
@@ -107,6 +127,8 @@ def wrapped(argv: list[str]) -> None:
 
     def timed(name, fn):
         def inner(*a, **k):
+            if name == "close":  # the writer process's peak so far; it is gone after
+                times["writer_peak_mb"] = peak_mb(a[0]._proc.pid)
             start = time.monotonic()
             try:
                 return fn(*a, **k)
@@ -127,45 +149,81 @@ def wrapped(argv: list[str]) -> None:
     cli.main()
 
 
+def peak_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@contextlib.contextmanager
+def recorded(calls: int, kb: int, mock_url: str, stamp: Path, window: int | None
+          ) -> Iterator[tuple[list[str], list[str], dict[str, str], Path | None]]:
+    """What run records: its options, the agent's command, environment and directory."""
+    if window is None:
+        yield (["--mode", "reverse", "--harness", "generic"],
+               [sys.executable, __file__, "--client", "--calls", str(calls), "--kb", str(kb),
+                "--stamp", str(stamp)], {"ANTHROPIC_BASE_URL": mock_url}, None)
+        return
+    import cli_session
+
+    cli = cli_session.claude()
+    if cli is None:
+        raise SystemExit("Claude Code is not installed (scripts/test installs it with npm)")
+    with cli_session.scripted(cli, 0, calls, window) as (_, options, command, env, work):
+        yield (["--harness", "claude-code", *options],
+               [sys.executable, __file__, "--exec", str(stamp), "--", *command], env, work)
+
+
 def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None,
-            postgres: bool) -> dict:
+            postgres: bool, window: int | None = None) -> dict:
     from common import bench_store
 
     with tempfile.TemporaryDirectory() as tmp, bench_store(tmp, postgres) as (url, _):
         stamp, times = Path(tmp, "agent_exit"), Path(tmp, "times.json")
-        env = {**os.environ, "ANTHROPIC_BASE_URL": mock_url, "RUN_EXIT_TIMES": str(times),
-               "FORGE_RECORD_HOME": str(Path(tmp, "home"))}
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-        argv = [sys.executable, __file__, "--wrap", "run", "--store", url,
-                "--mode", "reverse", "--harness", "generic", "--",
-                sys.executable, __file__, "--client", "--calls", str(calls), "--kb", str(kb),
-                "--stamp", str(stamp)]
-        started = time.monotonic()
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=7200)
-        ended = time.monotonic()
+        with recorded(calls, kb, mock_url, stamp, window) as (options, command, agent_env,
+                                                              cwd):
+            env = {**os.environ, **agent_env, "RUN_EXIT_TIMES": str(times),
+                   "FORGE_RECORD_HOME": str(Path(tmp, "home"))}
+            if pythonpath:
+                env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+            argv = [sys.executable, __file__, "--wrap", "run", "--store", url, *options, "--",
+                    *command]
+            started = time.monotonic()
+            done = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=7200)
+            ended = time.monotonic()
         if done.returncode != 0 or not stamp.exists():
             raise SystemExit(f"run failed ({done.returncode}): {done.stderr[-2000:]}")
         agent, agent_cpu = map(float, stamp.read_text().split())
         t = json.loads(times.read_text())
         closing = [line for line in done.stderr.splitlines() if " model call" in line]
+        made = re.search(r"([\d,]+) model calls?", closing[-1] if closing else "")
+        calls = int(made.group(1).replace(",", "")) if made else calls
         return {"agent_s": agent - started, "exit_s": ended - agent,
                 "drain_s": t["close"][1] - agent, "stop_s": t["stop"][1] - agent,
                 "summary_s": t["summary"][1] - t["summary"][0],
                 "rest_s": ended - t["summary"][1], "closing": closing[-1] if closing else "",
                 "writer_ms": (t["children_cpu"] - agent_cpu) / calls * 1e3,
+                "writer_peak_mb": t["writer_peak_mb"],
                 "to_spool": t["counters"]["overflowed"] + t["counters"]["spooled"]}
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--wrap"]:
         return wrapped(sys.argv[2:])
+    if sys.argv[1:2] == ["--exec"]:  # --exec STAMP -- COMMAND...
+        sys.exit(exec_agent(sys.argv[2], sys.argv[4:]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--client", action="store_true")
     ap.add_argument("--stamp")
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--kb", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--cli", action="store_true",
+                    help="the agent is the real Claude Code (bench/cli_session.py's plan)")
+    ap.add_argument("--window", type=int, default=125_000,
+                    help="with --cli: the context, in tokens, it compacts for")
     ap.add_argument("--postgres", action="store_true", help="a new Postgres database each run")
     ap.add_argument("--base", help="another revision's forge_record package dir")
     ap.add_argument("--json")
@@ -180,13 +238,15 @@ def main() -> None:
         _, mock_url = start_mock(children)
         for _ in range(args.rounds):
             for name, path in variants.items():
-                r = measure(args.calls, args.kb, mock_url, path, args.postgres)
+                r = measure(args.calls, args.kb, mock_url, path, args.postgres,
+                            args.window if args.cli else None)
                 results[name].append(r)
                 print(f"{name}: agent {r['agent_s']:.1f} s; run exits {r['exit_s']:.2f} s after "
                       f"it: drain {r['drain_s']:.2f} (proxy stopped after {r['stop_s']:.2f}), "
                       f"summary {r['summary_s']:.2f}, rest {r['rest_s']:.2f}; writer "
-                      f"{r['writer_ms']:.1f} ms of CPU a call, {r['to_spool']} calls went "
-                      f"to a spool\n  {r['closing']}", flush=True)
+                      f"{r['writer_ms']:.1f} ms of CPU a call, peak RSS "
+                      f"{r['writer_peak_mb']:.0f} MB, {r['to_spool']} calls went to a spool"
+                      f"\n  {r['closing']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -2,14 +2,16 @@
 another revision in one run.
 
     python bench/writer_session.py [--calls 150] [--compact-kb KB] [--rounds 3] [--batch 8]
-                                  [--postgres] [--cli] [--base DIR] [--json FILE]
+                                  [--postgres] [--cli [--window TOKENS]] [--base DIR]
+                                  [--json FILE]
 
 bench/gen_session.py's session (15 KB system prompt, 20 KB of tools, a subagent and title
 calls; request bodies grow from ~50 KB to ~540 KB, ~280 KB on average at 150 calls; with
 `--calls 1000 --compact-kb 360` the conversation is compacted past 360 KB, ~200 KB on
 average), or with `--cli` a real Claude Code session recorded by bench/cli_session.py (150
-main-loop calls and a sub-agent's 8: 77 KB to ~480 KB, ~265 KB on average), as the addon
-hands it over (request not parsed yet). A child process per measurement does to it what
+main-loop calls and a sub-agent's 8: 77 KB to ~480 KB, ~265 KB on average; with `--calls
+1000 --window 125000` the CLI compacts its conversation past ~360 KB, ~210 KB on average),
+as the addon hands it over (request not parsed yet). A child process per measurement does to it what
 `forge-record run`'s writer process does (finalize.finalize with a body redactor, then
 Store.write in transactions of --batch exchanges, into a fresh SQLite file) and reports the
 process CPU time per call (time.process_time, which other processes on a busy machine do not
@@ -36,7 +38,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def child(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: bool) -> None:
+def child(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: bool,
+          window: int | None) -> None:
     sys.path.insert(1, str(HERE))
     import storage  # bench/storage.py: the captured exchanges
     from common import bench_store
@@ -49,7 +52,7 @@ def child(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: b
     if cli:
         import cli_session
 
-        sent = storage.captured(cli_session.sessions(1, calls)[0], 0)
+        sent = storage.captured(cli_session.sessions(1, calls, window)[0], 0)
     else:
         sent, _ = storage.exchanges(calls, 0, compact_kb=compact_kb)
     with tempfile.TemporaryDirectory() as d, bench_store(d, postgres) as (url, server_cpu), \
@@ -73,14 +76,15 @@ def child(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: b
 
 
 def measure(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: bool,
-            base: str | None) -> dict:
+            window: int | None, base: str | None) -> dict:
     env = dict(os.environ)
     if base:
         env["PYTHONPATH"] = base + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, __file__, "--child", "--calls", str(calls),
                            "--batch", str(batch), *(["--compact-kb", str(compact_kb)]
                                                     if compact_kb else []),
-                           *(["--postgres"] if postgres else []), *(["--cli"] if cli else [])],
+                           *(["--postgres"] if postgres else []), *(["--cli"] if cli else []),
+                           *(["--window", str(window)] if window else [])],
                           capture_output=True, text=True, env=env,
                           timeout=1800, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -96,19 +100,22 @@ def main() -> None:
                    help="write into a new database of the local Postgres, not SQLite")
     p.add_argument("--cli", action="store_true",
                    help="a recorded real Claude Code session instead (bench/cli_session.py)")
+    p.add_argument("--window", type=int,
+                   help="with --cli: the CLI compacts as if its model's context were this many "
+                        "tokens (bench/cli_session.py)")
     p.add_argument("--base", help="a package dir of the revision to compare with")
     p.add_argument("--json")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        child(args.calls, args.batch, args.compact_kb, args.postgres, args.cli)
+        child(args.calls, args.batch, args.compact_kb, args.postgres, args.cli, args.window)
         return
     variants = {"this": None, **({"base": args.base} if args.base else {})}
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for _ in range(args.rounds):
         for name, path in variants.items():
             runs[name].append(measure(args.calls, args.batch, args.compact_kb,
-                                          args.postgres, args.cli, path))
+                                          args.postgres, args.cli, args.window, path))
             print(name, json.dumps(runs[name][-1]), flush=True)
     summary = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
                for name, rows in runs.items()}
