@@ -345,3 +345,46 @@ def test_an_agents_next_request_is_cut_only_past_what_it_shares_with_the_one_bef
         if turn:  # from the cut before the last message of the body before
             assert starts[-1] >= len(before) - 100, turn
         before = body
+
+
+def test_an_agents_next_request_redacts_only_its_new_pieces_that_may_hold_a_secret(
+        monkeypatch):
+    """A body that shares half of itself with one redacted in pieces is not searched whole
+    first, and of the pieces it adds only those the prefilter cannot pass are redacted."""
+    redacted: list[str] = []
+    whole = Redactor._text
+    monkeypatch.setattr(Redactor, "_text",
+                        lambda self, text: redacted.append(text) or whole(self, text))
+    searched: list[int] = []
+    scan = Redactor.may_hold_secrets
+    monkeypatch.setattr(Redactor, "may_hold_secrets",
+                        lambda self, text: searched.append(len(text)) or scan(self, text))
+    messages = [{"role": "user", "content": "DB_PASSWORD=hunter22\n" + _FILLER}]
+    redactor = Redactor(b"k")
+    for turn in range(4):
+        messages += [{"role": "assistant", "content": f"turn {turn}: all good"},
+                     {"role": "user", "content": f"run the tests again ({turn})"}]
+        if turn == 3:
+            messages.append({"role": "user", "content": "token = self._tokens.pop(key)"})
+        body = orjson.dumps({"model": "m", "messages": messages, "stream": True})
+        expected = Redactor(b"k")._whole(body)
+        redacted.clear()
+        searched.clear()
+        assert redactor.bytes(body) == expected
+        if turn:
+            assert not any(n >= len(body) // 2 for n in searched), turn
+            assert [t for t in redacted if "turn" in t] == [], turn
+    assert any("self._tokens" in t for t in redacted)  # the new piece that may hold one
+
+
+def test_a_key_block_in_a_request_that_goes_on_from_one_in_pieces_is_redacted_whole():
+    """A private key block may span pieces, so a body with a block's header is redacted
+    whole, also where it goes on from a body redacted in pieces."""
+    messages = [{"role": "user", "content": "DB_PASSWORD=hunter22\n" + _FILLER}]
+    redactor = Redactor(b"k")
+    redactor.bytes(orjson.dumps({"messages": messages}))
+    messages += [{"role": "user", "content": "-----BEGIN RSA PRIVATE KEY-----\nMIIE"},
+                 {"role": "user", "content": "b3BlbnNzaC1rZXk\n-----END RSA PRIVATE KEY-----"}]
+    body = orjson.dumps({"messages": messages})
+    out = redactor.bytes(body)
+    assert out == Redactor(b"k")._whole(body) and b"MIIE" not in out

@@ -133,9 +133,13 @@ _REMEMBERED = 4
 # (tests/test_secrets.py).
 # The pieces of the bytes a body shares with one of those bodies from its start are that
 # body's, and so are their redactions: they are not cut and looked up again (a cut depends on
-# the 160 bytes before it and the 4 after it).
+# the 160 bytes before it and the 4 after it). A body that shares half of itself so is not
+# searched by the prefilter first (it holds what made that body fail it), and a piece it adds
+# is redacted only if the prefilter cannot pass that piece: on a real 1,000-call Claude Code
+# session, 1.8 ms a call became 1.2.
 _CUT = re.compile(rb'\}(?=, ?\{")')
 _CUT_AHEAD = 4
+_BEGIN = _PRIVATE_KEY_HEADER[:11].encode()  # "-----BEGIN "
 _HEADER = re.compile(_PRIVATE_KEY_HEADER.encode())
 _OPENING = b"[REDACTED:"
 # How far around the changed bytes to search anew: a needle that overlaps them, a match that
@@ -256,12 +260,20 @@ class Redactor:
     def bytes(self, data: bytes) -> bytes:
         """Raw body bytes, redacted as UTF-8 text; bytes that are not UTF-8 are left as they
         are (the redaction would corrupt a binary body)."""
-        if not self.may_hold_secrets(data):
+        if len(data) < REMEMBER_FROM or self._custom is not None:
+            return self._whole(data) if self.may_hold_secrets(data) else data
+        cuts = list(self._cut)  # a copy: another thread may append
+        head, shared = _head(cuts, data)
+        # Half of it was a body that held candidates: so does this one, no need to search
+        # it first (the pieces it adds are, one by one).
+        if not _covers(head, shared, data) and not self.may_hold_secrets(data):
             return data
-        if (len(data) >= REMEMBER_FROM and self._custom is None
-                and (_KEY_NEEDLES[0][0] not in data or not _HEADER.search(data))):
-            return self._in_pieces(data)
-        return self._whole(data)
+        # A header can span no cut, and `head` (redacted in pieces) had none: only what
+        # follows the pieces it shares is searched.
+        start = head.ends[shared - 1] if head is not None and shared else 0
+        if data.find(_BEGIN, start) >= 0 and _HEADER.search(data, start):
+            return self._whole(data)
+        return self._in_pieces(data, cuts, head, shared)
 
     def _whole(self, data: bytes) -> bytes:
         try:
@@ -271,12 +283,13 @@ class Redactor:
         redacted = self._text(decoded)
         return data if redacted == decoded else redacted.encode()
 
-    def _in_pieces(self, data: bytes) -> bytes:
-        """`_whole(data)`, redacting only pieces none of the last few bodies had. Pieces
-        are cut between ASCII bytes, so the body decodes if and only if each piece does."""
-        cuts = list(self._cut)  # a copy: another thread may append
+    def _in_pieces(self, data: bytes, cuts: list[_Cut], head: _Cut | None, shared: int
+                   ) -> bytes:
+        """`_whole(data)`, redacting only pieces none of the last few bodies (`cuts`) had,
+        and of those only the ones the prefilter cannot pass; `data`'s first `shared`
+        pieces are `head`'s. Pieces are cut between ASCII bytes, so the body decodes if and
+        only if each piece does."""
         known = [c.made for c in reversed(cuts)]  # newest first
-        head, shared = _head(cuts, data)
         start = head.ends[shared - 1] if head is not None and shared else 0
         made: dict[bytes, bytes] = {}
         pieces = _pieces(data, start)
@@ -289,8 +302,11 @@ class Redactor:
                     text = piece.decode()
                 except UnicodeDecodeError:
                     return data
-                redacted = self._text(text)
-                done = piece if redacted == text else redacted.encode()
+                if not _may_hold_secrets(piece):
+                    done = piece
+                else:
+                    redacted = self._text(text)
+                    done = piece if redacted == text else redacted.encode()
             made[piece] = done
         if shared:  # the pieces it shares with `head`, redacted as they were there
             ends, out_ends = list(head.ends[:shared]), list(head.out_ends[:shared])
@@ -304,6 +320,8 @@ class Redactor:
             out_ends.append(out_at)
             out.append(made[piece])
         joined = b"".join(out)
+        if joined == data:  # nothing redacted: keep one copy
+            joined = data
         self._cut.append(_Cut(data, tuple(ends), joined, tuple(out_ends), made))
         return joined
 
@@ -386,9 +404,14 @@ def _head(cuts: list[_Cut], data: bytes) -> tuple[_Cut | None, int]:
         shared = cut.shared(data)
         if shared > most:
             best, most = cut, shared
-        if most and 2 * best.ends[most - 1] >= len(data):
+        if _covers(best, most, data):
             break
     return best, most
+
+
+def _covers(head: _Cut | None, shared: int, data: bytes) -> bool:
+    """Whether `head`'s first `shared` pieces are half of `data` or more."""
+    return head is not None and shared > 0 and 2 * head.ends[shared - 1] >= len(data)
 
 
 def _pieces(data: bytes, start: int = 0) -> list[bytes]:
