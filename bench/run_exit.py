@@ -158,7 +158,7 @@ def peak_mb(pid: int) -> float:
 
 @contextlib.contextmanager
 def recorded(calls: int, kb: int, mock_url: str, stamp: Path, window: int | None
-          ) -> Iterator[tuple[list[str], list[str], dict[str, str], Path | None]]:
+             ) -> Iterator[tuple[list[str], list[str], dict[str, str], Path | None]]:
     """What run records: its options, the agent's command, environment and directory."""
     if window is None:
         yield (["--mode", "reverse", "--harness", "generic"],
