@@ -96,6 +96,32 @@ def test_a_run_that_worked_says_nothing_failed(env):
     assert " · 2 model calls · 1 tool call · " in last and "failed" not in last
 
 
+# An agent that measures its prompt (count_tokens, a side call) before it sends it.
+SIDE_CALLER = [sys.executable, "-c", """
+import json, os, urllib.request
+def post(path, body):
+    headers = {"content-type": "application/json", "x-api-key": "dummy",
+               "anthropic-version": "2023-06-01"}
+    request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + path,
+                                     json.dumps(body).encode(), headers)
+    return urllib.request.urlopen(request, timeout=30).read()
+asked = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+post("/v1/messages/count_tokens", asked)
+post("/v1/messages", {**asked, "max_tokens": 64})
+"""]
+
+
+def test_the_closing_line_counts_side_calls_apart(env):
+    """Titles, compaction summaries and count_tokens are calls the agent made, not turns of
+    its conversation: the closing line says how many, as `show` does."""
+    with MockUpstream() as mock:
+        proc = forge({**env, "ANTHROPIC_BASE_URL": mock.url}, "run", "--mode", "reverse",
+                     "--harness", "generic", "--", *SIDE_CALLER)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert " · 1 model call · 1 side call · 0 tool calls · " in last, last
+
+
 def test_verbose_logs_one_line_per_exchange_and_every_upstream_error(env):
     with MockUpstream() as mock:
         ok = forge(env, "run", "-v", "--harness", "generic",

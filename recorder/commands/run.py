@@ -258,6 +258,8 @@ def _print_summary(url: str, session_id: str, writer, failures: Failures) -> Non
         f"session {session_id}",
         count(s["calls"], "model call"),
         *([f"{s['retries']} retr{'y' if s['retries'] == 1 else 'ies'}"] if s["retries"] else []),
+        # titles, compaction summaries, count_tokens: not the conversation's, but made
+        *([count(s["side_calls"], "side call")] if s["side_calls"] else []),
         count(s["tool_calls"], "tool call"),
         f"{s['tokens_in']:,} in / {s['output_tokens']:,} out tokens",
     ]
