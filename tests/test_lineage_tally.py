@@ -11,6 +11,7 @@ from lineage_sessions import busy_session, record
 
 from forge_record.commands import run as run_command
 from forge_record.lineage import session_usage
+from forge_record.lineage import tally as tally_module
 from forge_record.lineage.tally import WINDOW, Tally
 from forge_record.outcome import Failures
 from forge_record.records import Session, Usage
@@ -36,6 +37,20 @@ def test_the_tally_counts_as_reading_back_under_any_arrival_order():
         figures = tally.figures()["s"]
         assert figures["usage"] == want
         assert figures["exchanges"] == len(exchanges)
+
+
+def test_the_tally_remembers_a_few_calls_of_hashes_and_counts_the_same(monkeypatch):
+    """The writer folds a session as long as it runs: its memo of record hashes keeps the
+    latest entries only (every request here brings its own copies of its records, as a parse
+    of each body does), and the counts are those of reading back."""
+    monkeypatch.setattr(tally_module, "MEMO", 8)
+    exchanges = answered(busy_session())
+    want = session_usage(exchanges, "claude-code")
+    tally = Tally()
+    for ex in exchanges:
+        tally.add("s", copy.deepcopy(ex))
+    assert tally.figures()["s"]["usage"] == want
+    assert len(tally._sessions["s"].fold.hashes) <= 8
 
 
 def test_a_session_it_cannot_fold_in_order_has_no_figures():

@@ -15,6 +15,7 @@ and have not been seen live here.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,24 @@ def stream_key(ex: Exchange) -> tuple[str | None, str | None]:
 # it are two messages made of the same blocks. The memo keeps what it keys alive, so no other
 # object can take one of those ids.
 HashMemo = dict[int | tuple, tuple[object, str]]
+
+
+class RecentMemo(OrderedDict):
+    """A HashMemo that keeps its `limit` latest entries, for a fold as long as a session
+    (the writer's lineage.tally). An entry keeps its object alive, so a memo that kept them
+    all kept every tool list and message a session sent: Claude Code's tool list is parsed
+    anew every call (the bytes after its messages change), 0.13 MB a call of a real session.
+    What the memo saves is between a call and the next few (a reply, then the request that
+    repeats it); a dropped entry is hashed again if it comes back, to the same hash."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: int | tuple, value: tuple[object, str]) -> None:
+        super().__setitem__(key, value)
+        if len(self) > self.limit:
+            self.popitem(last=False)
 
 
 def message_hashes(messages: list[Message], before: Known | None = None,

@@ -17,17 +17,21 @@ import itertools
 import threading
 from typing import Any
 
+from forge_record.lineage.signals import RecentMemo
 from forge_record.lineage.threads import _Fold
 from forge_record.records import Exchange
 
 # Exchanges that finish out of seq order (parallel subagents) are held this many deep
 # before the oldest is folded.
 WINDOW = 16
+# Hashes of records (messages, tools, system blocks) a session's fold remembers: a few calls'
+# worth, so that the writer's memory does not grow with the session (signals.RecentMemo).
+MEMO = 1024
 
 
 class _SessionFold:
     def __init__(self) -> None:
-        self.fold = _Fold(None, fingerprints=False)
+        self.fold = _Fold(None, fingerprints=False, memo=RecentMemo(MEMO))
         self.held: list[tuple[int, int, Exchange]] = []  # a heap by seq
         self.last = -1  # the newest seq folded
         self.folded = 0

@@ -91,7 +91,8 @@ class _ThreadState:
 class _Fold:
     """Places calls one at a time, in seq order (see the module docstring for the rules)."""
 
-    def __init__(self, harness: str | None, fingerprints: bool = True) -> None:
+    def __init__(self, harness: str | None, fingerprints: bool = True,
+                 memo: HashMemo | None = None) -> None:
         self.harness = harness
         self.with_fingerprints = fingerprints
         self.calls: dict[int, Call] = {}
@@ -109,7 +110,8 @@ class _Fold:
         self.compactions: list[int] = []
         # per header stream: the last request's messages, their hashes and chain hashes
         self.recent: dict[tuple, tuple[list, tuple[str, ...], list[str]]] = {}
-        self.hashes: HashMemo = {}  # every message hashed once, however often it is resent
+        # every message hashed once, however often it is resent (of those `memo` keeps)
+        self.hashes: HashMemo = {} if memo is None else memo
 
     # --- placing one call --------------------------------------------------------------
 
