@@ -20,8 +20,8 @@ between is split into:
            time to the proxy stopped is shown apart
   summary  the closing line (run._print_summary: today's store read-back, or not)
   rest     the interpreter's exit
-and the writer process's CPU a call (run's children less the agent's own) and its peak RSS
-(VmHWM when the close begins).
+and the writer process's CPU a call (run's children less the agent's own, over the exchanges
+stored: side calls too) and its peak RSS (VmHWM when the close begins).
 `--base DIR` runs the same against another revision (DIR: a `forge_record` package laid out
 as installed, see bench/forge_proc.py), in the same run, rounds interleaved.
 """
@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import resource
 import subprocess
 import sys
@@ -149,6 +148,16 @@ def wrapped(argv: list[str]) -> None:
     cli.main()
 
 
+def stored(url: str) -> int:
+    """How many exchanges the store holds (the bench's store holds one session)."""
+    import sqlalchemy as sa
+
+    from forge_record.store import open_store
+
+    with open_store(url) as store, store.reading("count exchanges") as conn:
+        return conn.execute(sa.text("SELECT count(*) FROM exchanges")).scalar_one()
+
+
 def peak_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -198,8 +207,7 @@ def measure(calls: int, kb: int, mock_url: str, pythonpath: str | None,
         agent, agent_cpu = map(float, stamp.read_text().split())
         t = json.loads(times.read_text())
         closing = [line for line in done.stderr.splitlines() if " model call" in line]
-        made = re.search(r"([\d,]+) model calls?", closing[-1] if closing else "")
-        calls = int(made.group(1).replace(",", "")) if made else calls
+        calls = stored(url)  # side calls too: the writer handles every exchange
         return {"agent_s": agent - started, "exit_s": ended - agent,
                 "drain_s": t["close"][1] - agent, "stop_s": t["stop"][1] - agent,
                 "summary_s": t["summary"][1] - t["summary"][0],
