@@ -28,9 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import cli_session  # bench/ is on sys.path (run from there, or imported by a bench that is)
 import orjson
-import recorded
+import recorded  # bench/ is on sys.path (run from there, or imported by a bench that is)
 
 from forge_record.mock import MockUpstream
 from forge_record.records import Exchange
@@ -59,12 +58,10 @@ def sessions(count: int, calls: int = 150, http: bool = False) -> list[list[Exch
 
 def record(cli: str, seed: int, calls: int, http: bool = False) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-codex-") as tmp:
-        work = cli_session.checkout(Path(tmp))
-        home, codex_home = Path(tmp) / "home", Path(tmp) / "codex"
-        home.mkdir()
-        codex_home.mkdir()
-        if http:
-            (codex_home / "config.toml").write_text(HTTP_PROVIDER)
+        work = recorded.workspace(Path(tmp), {"codex/config.toml": HTTP_PROVIDER.encode()}
+                                  if http else None)
+        codex_home = Path(tmp) / "codex"
+        codex_home.mkdir(exist_ok=True)
         plan = recorded.Plan(seed, calls, work)
 
         def answer(request: dict) -> tuple[str, list[dict]]:

@@ -44,9 +44,7 @@ def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
 
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-gemini-") as tmp:
-        work = cli_session.checkout(Path(tmp))
-        (Path(tmp) / "home/.gemini").mkdir(parents=True)
-        (Path(tmp) / "home/.gemini/settings.json").write_bytes(orjson.dumps(SETTINGS))
+        work = recorded.workspace(Path(tmp), {"home/.gemini/settings.json": orjson.dumps(SETTINGS)})
         plan = recorded.Plan(seed, calls, work)
 
         def answer(request: dict) -> dict:

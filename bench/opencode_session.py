@@ -17,8 +17,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import cli_session  # bench/ is on sys.path (run from there, or imported by a bench that is)
-import recorded
+import recorded  # bench/ is on sys.path (run from there, or imported by a bench that is)
 
 from forge_record.mock import MockUpstream
 from forge_record.mock.anthropic import text_message
@@ -42,8 +41,7 @@ def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
 
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-opencode-") as tmp:
-        work = cli_session.checkout(Path(tmp))
-        (Path(tmp) / "home").mkdir()
+        work = recorded.workspace(Path(tmp))
         plan = recorded.Plan(seed, calls, work)
 
         def answer(request: dict) -> dict:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import cli_session  # bench/ is on sys.path (run from there, or imported by a bench that is)
 import orjson
-import recorded
+import recorded  # bench/ is on sys.path (run from there, or imported by a bench that is)
 
 from forge_record.mock import MockUpstream
 from forge_record.records import Exchange
@@ -43,9 +42,7 @@ def sessions(count: int, calls: int = 150) -> list[list[Exchange]]:
 
 def record(cli: str, seed: int, calls: int) -> list[Exchange]:
     with tempfile.TemporaryDirectory(prefix="forge-bench-qwen-") as tmp:
-        work = cli_session.checkout(Path(tmp))
-        (Path(tmp) / "home/.qwen").mkdir(parents=True)
-        (Path(tmp) / "home/.qwen/settings.json").write_bytes(orjson.dumps(SETTINGS))
+        work = recorded.workspace(Path(tmp), {"home/.qwen/settings.json": orjson.dumps(SETTINGS)})
         plan = recorded.Plan(seed, calls, work)
 
         def answer(request: dict) -> tuple[str, list[dict]]:

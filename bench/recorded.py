@@ -69,6 +69,18 @@ def cached(name: str, record: Callable[[], list[Exchange]]) -> list[Exchange]:
 TASK = "Review the store code of this project, one command at a time ({mark})."
 
 
+def workspace(tmp: Path, files: dict[str, bytes] | None = None) -> Path:
+    """What `run` runs a CLI in, under tmp: a fresh checkout of the project (tmp/project, see
+    cli_session.checkout), an empty HOME (tmp/home) and `files` (paths under tmp: the CLI's
+    own settings). Returns the checkout."""
+    work = cli_session.checkout(tmp)
+    (tmp / "home").mkdir()
+    for name, data in (files or {}).items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(data)
+    return work
+
+
 def run(label: str, cli: str, tmp: Path, upstream: str, argv: list[str],
         env: dict[str, str]) -> list[Exchange]:
     """Run `cli argv` through `forge-record run --upstream upstream` in tmp/project (see
