@@ -23,6 +23,16 @@ ROOT = Path(__file__).resolve().parent.parent
 DUMMY_KEY = "sk-proj-dummy-codex-e2e-key-never-real-0000"
 FORGE = str(Path(sys.executable).with_name("forge-record"))
 PROMPT = f"Run the {TOOL_MARKER} command"
+# A model provider of Codex's config.toml, as for a gateway, Azure or a local server: Codex
+# then talks HTTP with SSE to its base URL (here still api.openai.com, which run routes).
+CUSTOM_PROVIDER = """\
+model_provider = "gateway"
+[model_providers.gateway]
+name = "gateway"
+base_url = "https://api.openai.com/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+"""
 
 
 def find_codex() -> str | None:

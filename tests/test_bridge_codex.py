@@ -11,21 +11,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from codex_cli import codex_env, forge  # noqa: F401 - fixture
+from codex_cli import CUSTOM_PROVIDER, codex_env, forge  # noqa: F401 - fixture
 
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.mock import engine as mock_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.cli]
-
-CUSTOM_PROVIDER = """\
-model_provider = "gateway"
-[model_providers.gateway]
-name = "gateway"
-base_url = "https://api.openai.com/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-"""
 
 
 def codex_through_the_bridge(env: dict, engine: str, prompt: str):

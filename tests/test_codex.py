@@ -23,6 +23,7 @@ import pytest
 import zstandard
 from codex_cli import (  # noqa: F401 - the fixture
     CODEX_VERSION,
+    CUSTOM_PROVIDER,
     DUMMY_KEY,
     PROMPT,
     codex_env,
@@ -42,15 +43,6 @@ from forge_record.harness_shims import detect
 from forge_record.harness_shims.codex import Codex
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.trust import confdir
-
-CUSTOM_PROVIDER = """\
-model_provider = "gateway"
-[model_providers.gateway]
-name = "gateway"
-base_url = "https://api.openai.com/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-"""
 
 
 def run_codex(env, mock, *forge_args) -> subprocess.CompletedProcess:
