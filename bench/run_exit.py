@@ -243,7 +243,8 @@ def main() -> None:
     variants = {"this": None, **({"base": args.base} if args.base else {})}
     results: dict[str, list[dict]] = {name: [] for name in variants}
     with Children() as children:
-        _, mock_url = start_mock(children)
+        # the bench's agent talks to bench/mock_server.py; the real CLI to its own scripted mock
+        mock_url = "" if args.cli else start_mock(children)[1]
         for _ in range(args.rounds):
             for name, path in variants.items():
                 r = measure(args.calls, args.kb, mock_url, path, args.postgres,
