@@ -137,11 +137,15 @@ def test_serve_s_writer_is_batch_work_at_the_recorder_s_own_priority(tmp_path, h
 def test_the_writer_maps_its_large_blocks_so_that_dropped_encoders_are_given_back(
         tmp_path, home, monkeypatch):
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     writer = WriterProcess(default_store_url(tmp_path), number_calls=True)
     writer.ready()
     try:
         with open(f"/proc/{writer._proc.pid}/environ", "rb") as f:
-            assert b"MALLOC_MMAP_THRESHOLD_=1048576" in f.read().split(b"\0")
+            env = f.read().split(b"\0")
+        assert b"MALLOC_MMAP_THRESHOLD_=1048576" in env
+        # and keeps freed request bodies at the top of its heap for the next ones
+        assert b"MALLOC_TRIM_THRESHOLD_=4194304" in env
     finally:
         writer.close()
 
