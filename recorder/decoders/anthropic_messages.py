@@ -34,6 +34,7 @@ from forge_record.decoders.base import (
     SHAPE_ERRORS,
     Dialect,
     JsonBodyDecoder,
+    Reused,
     decode_object,
     is_event_stream,
 )
@@ -165,11 +166,16 @@ def _messages(raw: list[Any]) -> list[Message]:
     return messages
 
 
+_SYSTEM = Reused(_block)
+_TOOLS = Reused(_tool)
+
+
 def _parse_request(data: dict[str, Any]) -> Request:
+    system = data.get("system")
     return Request(
         model=data.get("model"),
-        system=_blocks(data.get("system")),
-        tools=[_tool(t) for t in data.get("tools") or ()],
+        system=_SYSTEM(system) if isinstance(system, list) else _blocks(system),
+        tools=_TOOLS(data.get("tools") or []),
         messages=_messages(data.get("messages") or []),
         stream=bool(data.get("stream")),
         parameters={k: v for k, v in data.items() if k not in _REQUEST_OWN_FIELDS},

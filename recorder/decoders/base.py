@@ -10,13 +10,16 @@ breaks the protocol; the addon catches every exception, keeps the raw bytes and 
 exchange, so a decoder bug can never reach the agent's stream.
 
 Shared here: `decode_object` (a JSON object body through a converter, every failure a
-`DecodeError`), `BufferedBody` and `JsonBodyDecoder` (a whole, non-streamed response body),
-and `is_event_stream` (which content types are SSE).
+`DecodeError`), `Reused` (the records of values a recent request sent too), `BufferedBody`
+and `JsonBodyDecoder` (a whole, non-streamed response body), and `is_event_stream` (which
+content types are SSE).
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 from urllib.parse import unquote
@@ -150,6 +153,48 @@ def decode_object[T](body: bytes, what: str, convert: Callable[[dict[str, Any]],
         return convert(data)
     except SHAPE_ERRORS as e:
         raise DecodeError(f"{what} has an unexpected shape: {e!r}") from e
+
+
+class Reused[T]:
+    """`convert` over a request's list of JSON values (its tools, its system blocks), giving
+    a value equal to the one at the same place in a recent request's list that request's
+    record, the very object. An agent sends the same tools and system prompt on every call,
+    and they are parsed anew when the bytes around them change (Claude Code's billing block,
+    decoders.repeats): with the objects shared, what comes after finds them at once (the
+    lineage fold hashes a record once per object, the store's encoder compares a request's
+    parts with its parent's). Equal values make equal records, and records are not changed
+    once built (store.content.Decoded), as with the messages a request repeats.
+    Each recent list is compared place by place, the newest first, and the one that shares
+    the most is taken: a main loop, its sub-agents and side calls interleave with different
+    tools. (A record is never None: converters make records.)"""
+
+    def __init__(self, convert: Callable[[Any], T], keep: int = 4) -> None:
+        self._convert = convert
+        self._recent: deque[tuple[list[Any], list[T]]] = deque(maxlen=keep)
+        self._lock = threading.Lock()  # the writer may finalize from more than one thread
+
+    def __call__(self, values: list[Any]) -> list[T]:
+        if not isinstance(values, list) or not values:
+            return [self._convert(v) for v in values]  # what a converter reads of any other
+        with self._lock:
+            recent = list(self._recent)
+        found: list[T | None] = [None] * len(values)
+        for old_values, old in reversed(recent):  # the newest first
+            same = [old[i] if i < len(old) and _same(old_values[i], value) else None
+                    for i, value in enumerate(values)]
+            if sum(r is not None for r in same) > sum(r is not None for r in found):
+                found = same
+                if None not in found:
+                    break
+        records = [self._convert(value) if record is None else record
+                   for value, record in zip(values, found, strict=True)]
+        with self._lock:
+            self._recent.append((values, records))
+        return records
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or a == b
 
 
 class BufferedBody:

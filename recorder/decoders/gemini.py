@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from forge_record.decoders.base import Dialect, decode_object, is_event_stream
+from forge_record.decoders.base import Dialect, Reused, decode_object, is_event_stream
 from forge_record.decoders.gemini_parts import PartFold, camel, camel_key
 from forge_record.decoders.gemini_stream import BodyDecoder, StreamDecoder
 from forge_record.records import Block, Message, Request, Text, Tool
@@ -54,14 +54,20 @@ def _blocks(content: Any) -> list[Block]:
 
 
 def _tools(raw: list[dict[str, Any]]) -> list[Tool]:
+    return [tool for group in _TOOL_GROUPS(raw) for tool in group]
+
+
+def _tool_group(entry: dict[str, Any]) -> list[Tool]:
     tools = []
-    for entry in raw:
-        for key, value in camel(entry).items():
-            if key == "functionDeclarations":
-                tools += [_declaration(camel(f)) for f in value or ()]
-            else:  # googleSearch, codeExecution, urlContext, ...: the API runs them
-                tools.append(Tool(name=key, kind=key, parameters=value or None))
+    for key, value in camel(entry).items():
+        if key == "functionDeclarations":
+            tools += [_declaration(camel(f)) for f in value or ()]
+        else:  # googleSearch, codeExecution, urlContext, ...: the API runs them
+            tools.append(Tool(name=key, kind=key, parameters=value or None))
     return tools
+
+
+_TOOL_GROUPS = Reused(_tool_group)
 
 
 def _declaration(f: dict[str, Any]) -> Tool:

@@ -39,6 +39,7 @@ from forge_record.decoders.base import (
     SHAPE_ERRORS,
     Dialect,
     JsonBodyDecoder,
+    Reused,
     decode_object,
     is_event_stream,
 )
@@ -159,6 +160,9 @@ def _message(msg: dict[str, Any]) -> Message:
     return Message(role=role, content=_content(msg.get("content")))
 
 
+_TOOLS = Reused(_tool)
+
+
 def parse_chat_request(data: dict[str, Any]) -> Request:
     messages = list(data.get("messages") or ())
     lead = next((i for i, m in enumerate(messages) if m.get("role") not in _SYSTEM_ROLES),
@@ -166,7 +170,7 @@ def parse_chat_request(data: dict[str, Any]) -> Request:
     return Request(
         model=data.get("model"),
         system=[b for m in messages[:lead] for b in _content(m.get("content"))],
-        tools=[_tool(t) for t in data.get("tools") or ()]
+        tools=_TOOLS(data.get("tools") or [])
         + [_legacy_function(f) for f in data.get("functions") or ()],
         messages=[_message(m) for m in messages[lead:]],
         stream=bool(data.get("stream")),

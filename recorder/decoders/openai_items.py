@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from forge_record.decoders.base import Reused
 from forge_record.records import (
     Block,
     Media,
@@ -226,6 +227,9 @@ def responses_tool(raw: dict[str, Any]) -> Tool:
     return Tool(kind=kind, name=raw.get("name") or kind, parameters=rest or None)
 
 
+_TOOLS = Reused(responses_tool)
+
+
 def parse_responses_request(data: dict[str, Any]) -> Request:
     """A Responses request body, or a WebSocket `response.create` payload, as a Request.
     `instructions` is the system prompt; `input` items are messages; every other field
@@ -234,7 +238,7 @@ def parse_responses_request(data: dict[str, Any]) -> Request:
     return Request(
         model=data.get("model"),
         system=_system(data.get("instructions")),
-        tools=[responses_tool(t) for t in data.get("tools") or ()],
+        tools=_TOOLS(data.get("tools") or []),
         messages=input_messages(data.get("input")),
         stream=bool(data.get("stream")),
         parameters={k: v for k, v in data.items() if k not in _RESPONSES_OWN_FIELDS},
