@@ -15,6 +15,7 @@ from support import ROOT
 
 from forge_record.decoders import anthropic_messages, base, gemini, openai_chat, openai_responses
 from forge_record.decoders.repeats import REMEMBER_FROM, Repeats
+from forge_record.decoders.repeats import _array_end as _ARRAY_END
 from forge_record.decoders.repeats import _laid_out as _LAID_OUT
 from forge_record.finalize import finalize
 from forge_record.records import Exchange
@@ -199,6 +200,60 @@ def test_a_tail_that_changes_on_every_call_is_laid_out_once_per_thread(monkeypat
     big = sum(len(b) >= REMEMBER_FROM for b in bodies)
     assert repeats.extended >= big - 4
     assert len(laid) <= 4  # once a thread (main, sub-agent, titles)
+
+
+def _billed(messages: list, billing: str, tools: bytes = b"") -> bytes:
+    """Claude Code's shape: after the messages, a billing block that changes on every call,
+    then tools and settings that do not."""
+    tools = tools or orjson.dumps([{"name": f"t{i}", "input_schema": {"type": "object"}}
+                                   for i in range(3)])
+    return (b'{"model":"m","messages":' + orjson.dumps(messages)
+            + b',"system":[{"type":"text","text":"cch=' + billing.encode()
+            + b';"},{"type":"text","text":"' + PAD.encode() + b'"}],"tools":' + tools
+            + b',"stream":true}')
+
+
+def test_members_in_the_trailing_bytes_a_body_shares_are_the_old_values(monkeypatch):
+    """The tools after a billing block that changes are not parsed again: they are the
+    values parsed before, and the array's end is found where a tail as long as before
+    starts, without tokenizing the new elements."""
+    from forge_record.decoders import repeats as module
+
+    tokenized = []
+    monkeypatch.setattr(module, "_array_end",
+                        lambda *a: tokenized.append(1) or _ARRAY_END(*a))
+    bodies = [_billed(_msgs(n), f"{n:05x}") for n in range(4, 10)]
+    repeats, before = Repeats(), None
+    for body in bodies:
+        data = repeats.loads(body, "messages")
+        assert data == orjson.loads(body) and list(data) == list(orjson.loads(body))
+        if before is not None:
+            assert data["tools"] is before["tools"]
+            assert data["system"] == orjson.loads(body)["system"] != before["system"]
+        before = data
+    assert repeats.extended == len(bodies) - 1
+    assert len(tokenized) == 1  # laying out the first body, once
+
+
+def test_a_tail_whose_length_changed_or_that_is_not_what_it_was():
+    first = _billed(_msgs(5), "00000")
+    element = {"role": "user", "content": "x ]]]"}
+    tools = b'[{"name":"t0","input_schema":{"type":"object"}}]'
+    bodies = [
+        _billed(_msgs(7), "0000000"),  # a longer billing value: the array ends elsewhere
+        _billed(_msgs(7), "00"),
+        # three bytes shorter: where a tail as long as before would start is a `]` in a string
+        _billed([*_msgs(5), element], "00"),
+        _billed(_msgs(6), "00000", tools=tools),  # other tools: parsed anew
+        # the tools written twice, the shared ones last (the full parse keeps the last)
+        _billed(_msgs(6), "00000").replace(b',"tools":', b',"tools":[1],"tools":'),
+        _billed(_msgs(6), "00000").replace(b'"stream":true}', b'"stream":true} x'),
+        _billed(_msgs(6), "000").replace(b'}],"tools"', b'}] ,"tools"'),
+        _billed(_msgs(6), "00000").replace(b'"}],"tools"', b'"},],"tools"'),
+    ]
+    guess = len(bodies[2]) - (len(first) - first.rindex(b'],"system"'))
+    assert bodies[2][guess:guess + 1] == b"]" and bodies[2].rindex(b'],"system"') > guess
+    _answers_as_full(first, bodies)
 
 
 def test_members_after_the_array_that_are_not_what_the_full_parse_reads():

@@ -9,10 +9,13 @@ that none extends costs no more than its parse). A new body that shares leading 
 one of them up to an element's start has only the elements from there parsed; the others are
 the objects parsed before (so a converter comparing them finds them identical at once). So
 is every top-level value after the array when the body shares its trailing bytes from the
-array's closing `]` on; when it does not, they are parsed anew (a few small values, or the
-tools: orjson's time, where finding the elements' starts again took 10 ms on a 300 KB
-body): Claude Code, talking to api.anthropic.com, writes its system prompt after the
-messages with a billing block that changes on every call.
+array's closing `]` on. When it does not, those after the bytes it shares are still the
+values parsed before, and the others are parsed anew: Claude Code, talking to
+api.anthropic.com, writes its system prompt after the messages with a billing block that
+changes on every call, and its tools (35 to 65 KB) after that. (Finding every value's
+extent by tokenizing took 10 ms on a 300 KB body; the old body's values are found by
+comparing orjson's writing of them with its bytes, and the new elements' end where a tail
+as long as the old one would start, when the bytes there read so.)
 
 That is the full parse's answer exactly: JSON's reading of a byte is decided by the bytes
 before it, so the shared leading bytes read as before and leave the parser inside the array,
@@ -122,21 +125,23 @@ class Repeats:
         lo = best.starts[k]
         if suffix >= tail:
             hi, rest = len(body) - tail, None
+            found = _elements(body, lo, hi, k)
         else:
-            hi = _array_end(body, lo)
-            rest = None if hi is None else _members(body, hi + 1, best.data, key)
+            # Where the array ends: first where a tail as long as before would start (a
+            # billing block's new value is as long as the old one), then where tokenizing the
+            # new elements finds it. Either is taken only if what it cuts reads as elements
+            # and as the members after them, and then it is where the full parse ends it.
+            found = rest = None
+            for hi in _array_ends(body, lo, len(body) - tail):
+                found = _elements(body, lo, hi, k)
+                rest = None if found is None else _members(body, hi + 1, best, suffix)
+                if rest is not None:
+                    break
             if rest is None:
                 return None
-        middle = body[lo:hi]
-        if k and not middle.strip(_JSON_SPACE):
-            return None  # `[a, ]`: not JSON, which the full parse says in its own words
-        try:  # at the depth the elements have in the body: the same nesting limit applies
-            elements = orjson.loads(b'{"":[' + middle + b"]}")[""]
-        except orjson.JSONDecodeError:
+        if found is None:
             return None
-        new_starts = _starts_of(body, lo, hi, elements)
-        if new_starts is None or len(elements) != len(new_starts):
-            return None  # `1],"x":[2` parses too, as elements of two arrays
+        elements, new_starts = found
         data = dict(best.data)  # the same key order; the other values shared
         data[key] = best.data[key][:k] + elements
         if rest is not None:  # the members after the array: this body's own
@@ -215,23 +220,83 @@ def _array_end(body: bytes, lo: int) -> int | None:
     return None
 
 
-def _members(body: bytes, at: int, data: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """The top-level members body[at:] holds after the array `data[key]` (`,"k":v ...}` or
-    `}`), parsed; None if those bytes are not that, or name `key` or a key before it (the full
-    parse decides what a key written twice means)."""
-    rest = body[_SPACE.match(body, at).end():]
-    if rest[:1] == b"}":
+def _array_ends(body: bytes, lo: int, guess: int):
+    """Offsets that may hold the `]` closing the array whose elements start at `lo`: `guess`
+    if it holds a `]`, then the one tokenizing finds (see _array_end)."""
+    if lo <= guess < len(body) and body[guess] == 0x5D:
+        yield guess
+    end = _array_end(body, lo)
+    if end is not None and end != guess:
+        yield end
+
+
+def _elements(body: bytes, lo: int, hi: int, k: int) -> tuple[list, tuple[int, ...]] | None:
+    """The elements body[lo:hi] holds, the k-th on of their array, and where each starts;
+    None if those bytes are not whole elements."""
+    middle = body[lo:hi]
+    if k and not middle.strip(_JSON_SPACE):
+        return None  # `[a, ]`: not JSON, which the full parse says in its own words
+    try:  # at the depth the elements have in the body: the same nesting limit applies
+        elements = orjson.loads(b'{"":[' + middle + b"]}")[""]
+    except orjson.JSONDecodeError:
+        return None
+    starts = _starts_of(body, lo, hi, elements)
+    if starts is None or len(elements) != len(starts):
+        return None  # `1],"x":[2` parses too, as elements of two arrays
+    return elements, starts
+
+
+def _members(body: bytes, at: int, old: _Parsed, suffix: int) -> dict[str, Any] | None:
+    """The top-level members body[at:] holds after the array `old.key` (`,"k":v ...}` or
+    `}`), parsed; those in the `suffix` trailing bytes it shares with `old.body` are old's
+    values (see _kept). None if those bytes are not that, or name the array's key or a key
+    before it (the full parse decides what a key written twice means)."""
+    cut, kept = _kept(body, old, suffix)
+    at = _SPACE.match(body, at).end()
+    if cut <= at:  # the array ends after the shared bytes begin: they are not these members
+        cut, kept = len(body), {}
+    rest = body[at:cut]
+    if not kept and rest[:1] == b"}":
         return None if rest[1:].strip(_JSON_SPACE) else {}
+    if kept and not rest:
+        return dict(kept)  # the array's `]`, then the kept members
     if rest[:1] != b",":
         return None
     try:
-        members = orjson.loads(b"{" + rest[1:])
+        members = orjson.loads(b"{" + rest[1:] + (b"}" if kept else b""))
     except orjson.JSONDecodeError:
         return None
-    before = list(data)[: list(data).index(key) + 1]
-    if not members or any(name in members for name in before):
+    before = list(old.data)[: list(old.data).index(old.key) + 1]
+    if not members or any(name in members for name in (*before, *kept)):
         return None  # `],}`, or a key written twice
+    members.update(kept)
     return members
+
+
+def _kept(body: bytes, old: _Parsed, suffix: int) -> tuple[int, dict[str, Any]]:
+    """The members after `old`'s array that lie whole in the trailing bytes `body` shares
+    with `old.body` (the tools after Claude Code's changing billing block), with where the
+    comma before the first of them is in `body`; (len(body), {}) when there are none, or the
+    old members are not written as orjson writes them, which is how their extents are told.
+    From that comma on the bytes are old's: once the bytes before it are whole members, they
+    read as they read there."""
+    names = list(old.data)[list(old.data).index(old.key) + 1:]
+    shared_from, at, commas = len(old.body) - suffix, old.end + 1, []
+    for name in names:
+        head = b"," + orjson.dumps(name) + b":"
+        try:
+            dump = orjson.dumps(old.data[name])
+        except TypeError:  # nested deeper than orjson writes
+            return len(body), {}
+        if not (old.body.startswith(head, at) and old.body.startswith(dump, at + len(head))):
+            return len(body), {}
+        commas.append(at)
+        at += len(head) + len(dump)
+    first = next((i for i, comma in enumerate(commas) if comma >= shared_from), None)
+    if first is None or old.body[at:].strip(_JSON_SPACE) != b"}":
+        return len(body), {}
+    return (commas[first] + len(body) - len(old.body),
+            {name: old.data[name] for name in names[first:]})
 
 
 def _starts_of(body: bytes, lo: int, hi: int, elements: list[Any]) -> tuple[int, ...] | None:
