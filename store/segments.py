@@ -106,6 +106,16 @@ class Seen:
 
 
 @dataclass
+class LastPack:
+    """The pack row a stream wrote last, which its next pieces may still go into (on SQLite,
+    store.batch.store_piece): its id, the plain bytes and the compressed bytes it holds."""
+
+    id: int
+    size: int
+    data: bytes
+
+
+@dataclass
 class PackStream:
     """A pack group being written: each pack is the next piece of one zstd stream, which
     starts from the harness version's dictionary if there is one. A segment writes its own;
@@ -118,6 +128,7 @@ class PackStream:
     group: int = field(default_factory=lambda: secrets.randbits(62))
     _stream: compression.Stream = field(init=False)
     _packed_at: float = field(default_factory=time.monotonic)
+    last: LastPack | None = None  # in this group; kept by store.batch.store_piece
 
     def __post_init__(self) -> None:
         self._stream = self._new()
@@ -138,7 +149,7 @@ class PackStream:
         (start, length) in the piece's plain bytes."""
         now = time.monotonic()
         if now - self._packed_at > PACK_IDLE:
-            self._stream, self.group = self._new(), secrets.randbits(62)
+            self._stream, self.group, self.last = self._new(), secrets.randbits(62), None
         self._packed_at = now
         return self._stream.piece(b"".join(datas)), spans(datas)
 

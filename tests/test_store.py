@@ -524,6 +524,34 @@ def test_a_new_sqlite_store_has_small_pages_and_an_old_one_keeps_its_own(tmp_pat
     assert sizes == [SQLITE_PAGE_SIZE, 4096] and SQLITE_PAGE_SIZE < 4096
 
 
+def test_sqlite_puts_a_sessions_small_pieces_into_few_pack_rows(sqlite_store, db_path,
+                                                                  monkeypatch):
+    """Written an exchange a transaction, a piece goes into the pack row its stream wrote
+    last while that holds less than GROW_UNDER bytes; the row's created_at moves with it
+    (gc spares young groups); a row that is gone is not grown, a new one is written."""
+    from forge_record.store import batch
+
+    clock = iter(range(1000, 10**6, 10))
+    monkeypatch.setattr(batch.time, "time", lambda: float(next(clock)))
+    sent = realistic_exchanges(60)
+    sqlite_store.add_session(make_session("s"))
+    with sqlite3.connect(db_path) as conn:
+        for ex in sent:
+            sqlite_store.add_exchange("s", ex)
+            newest, made = conn.execute("SELECT max(id), max(created_at) FROM packs").fetchone()
+            mine = conn.execute("SELECT max(touched_at) FROM blobs WHERE pack_id = ?",
+                                (newest,)).fetchone()[0]
+            assert made == mine  # the row grown or made by this write
+        rows = conn.execute("SELECT length(data) FROM packs").fetchall()
+    assert len(rows) < len(sent) / 2
+    assert sum(n > batch.GROW_UNDER for (n,) in rows) <= 2  # a first piece alone may be
+    sqlite_store._writes._encoders["s"].packs.last.id = 10**9  # as if gc had taken it
+    more = realistic_exchanges(62)[60:]
+    for ex in more:
+        sqlite_store.add_exchange("s", ex)
+    assert list(sqlite_store.iter_exchanges("s", raw=True)) == sent + more
+
+
 def test_bodies_and_records_are_compressed_at_rest(sqlite_store, db_path):
     check_round_trip(sqlite_store)
     with sqlite3.connect(db_path) as conn:
