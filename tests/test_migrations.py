@@ -10,6 +10,8 @@ import dataclasses
 import logging
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 import sqlalchemy as sa
@@ -95,7 +97,32 @@ def indexes(engine) -> set[str]:
 
 
 def test_single_head():
-    assert migrate.heads() == [migrate.head()]
+    """One head, and migrate.HEAD names it (a new revision must move it)."""
+    assert migrate.heads() == [migrate.head()] == [migrate.HEAD]
+
+
+def test_the_revision_is_read_as_alembic_reads_it(engine):
+    from alembic.runtime.migration import MigrationContext
+
+    def alembics() -> str | None:
+        with engine.connect() as conn:
+            return MigrationContext.configure(
+                conn, opts=migrate.VERSION_OPTIONS).get_current_revision()
+
+    for revision in (None, "0001", migrate.HEAD):
+        if revision is not None:
+            migrate.upgrade(engine, revision)
+        assert migrate.current(engine) == alembics() == revision
+
+
+def test_opening_a_store_at_head_does_not_import_alembic(url):
+    """A command's start-up: alembic is needed only to migrate."""
+    open_store(url).close()  # made and migrated here
+    code = ("import sys; from forge_record.store import open_store; "
+            f"open_store({url!r}).close(); print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_upgrade_of_a_blank_store_builds_exactly_the_schema(engine, tmp_path, monkeypatch):
