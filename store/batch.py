@@ -38,13 +38,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import secrets
 import time
 from collections import OrderedDict
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from forge_record.errors import SessionNotFound
 from forge_record.identity import blob_key, blob_key_name
@@ -468,7 +468,7 @@ def store_piece(conn: sa.Connection, stream: PackStream, piece: bytes, names: li
 
 @functools.cache
 def _upsert_blobs(dialect: str) -> Any:
-    insert = (postgresql if dialect == "postgresql" else sqlite).insert(blobs)
+    insert = _dialect(dialect).insert(blobs)
     return insert.on_conflict_do_update(
         index_elements=["hash"], set_={"touched_at": insert.excluded.touched_at}
     ).returning(blobs.c.hash, blobs.c.pack_id)
@@ -600,8 +600,14 @@ def _figure(groups: set[int], exchanges: int) -> dict:
 
 
 def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
+    """The INSERT of the connection's dialect (for ON CONFLICT)."""
+    return _dialect(conn.dialect.name).insert(table)
+
+
+def _dialect(name: str) -> Any:
+    """SQLAlchemy's module for the dialect `name`, imported only when used: importing
+    Postgres' made every command on a SQLite store 29 ms slower to start."""
+    return importlib.import_module(f"sqlalchemy.dialects.{name}")
 
 
 def _add_session(conn: sa.Connection, item: AddSession, if_absent: bool) -> None:
