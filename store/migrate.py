@@ -14,8 +14,9 @@ migrate it once, one after the other, instead of racing on CREATE TABLE. Within 
 threading lock does the same, because alembic's state is global.
 
 Opening a store that is at HEAD needs no alembic: its revision is read with one SELECT, and
-alembic (a seventh of a command's start-up, ~0.1 s of CPU) is imported only to migrate or to
-inspect migrations.
+alembic is imported only to migrate or to inspect migrations. Importing it and loading the
+scripts to find their head took a third of a command's start (0.2 of 0.6 s, `forge-record
+sessions`).
 """
 
 from __future__ import annotations
