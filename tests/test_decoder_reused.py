@@ -98,6 +98,22 @@ def test_the_lineage_fold_hashes_a_shared_tool_list_once():
     assert len(tool_entries) == 3  # one per tool, not one per tool and request
 
 
+def test_values_python_calls_equal_but_written_otherwise_are_converted_anew():
+    """1 == 1.0 == True, and dicts are equal in any key order; a record keeps what it read."""
+    dialect = anthropic_messages.AnthropicMessages()
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "default": 1}}}
+    seen = []
+    for default in (1, 1.0, True):
+        tool = {"name": "a", "input_schema": {**schema, "properties": {
+            "n": {"type": "integer", "default": default}}}}
+        seen.append(dialect.parse_request(anthropic([tool], "1")).tools[0])
+    seen.append(dialect.parse_request(anthropic(
+        [{"input_schema": schema, "name": "a"}], "1")).tools[0])  # keys in another order
+    for tool, default in zip(seen, (1, 1.0, True), strict=False):
+        assert type(tool.parameters["properties"]["n"]["default"]) is type(default)
+    assert len({id(t) for t in seen}) == 4
+
+
 def test_values_that_are_not_a_list_convert_as_before():
     reused = Reused(str.upper)
     assert reused("ab") == ["A", "B"]

@@ -194,7 +194,18 @@ class Reused[T]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return a is b or a == b
+    """Whether converting `b` gives what converting `a` gave. Python's == is not enough: it
+    holds for 1, 1.0 and true, and for objects whose keys come in another order, which a
+    record keeps as they came. The same object (decoders.repeats shares what a body
+    repeats), or values orjson writes as the same bytes."""
+    if a is b:
+        return True
+    if a != b:
+        return False
+    try:
+        return orjson.dumps(a) == orjson.dumps(b)
+    except TypeError:  # nested deeper than orjson writes: converted anew
+        return False
 
 
 class BufferedBody:
