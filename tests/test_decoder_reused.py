@@ -114,6 +114,22 @@ def test_values_python_calls_equal_but_written_otherwise_are_converted_anew():
     assert len({id(t) for t in seen}) == 4
 
 
+def test_a_message_written_otherwise_is_not_a_recent_requests_record():
+    dialect = anthropic_messages.AnthropicMessages()
+
+    def body(n) -> bytes:
+        return orjson.dumps({"model": "m", "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "a", "input": {"n": n}}]}]})
+
+    first, second, third = (dialect.parse_request(body(n)).messages for n in (1, True, True))
+    assert first[0] is second[0] is third[0]
+    assert second[1] is not first[1] and second[1].content[0].arguments == {"n": True}
+    assert type(second[1].content[0].arguments["n"]) is bool
+    assert third[1] is second[1]
+
+
 def test_values_that_are_not_a_list_convert_as_before():
     reused = Reused(str.upper)
     assert reused("ab") == ["A", "B"]

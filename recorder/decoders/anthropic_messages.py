@@ -37,6 +37,7 @@ from forge_record.decoders.base import (
     Reused,
     decode_object,
     is_event_stream,
+    same_json,
 )
 from forge_record.records import (
     Block,
@@ -142,9 +143,9 @@ def _tool(raw: dict[str, Any]) -> Tool:
 
 # The message dicts of the last few requests parsed, with the records built from them. An
 # agent loop resends its whole history on every call, so nearly every message of a request
-# was in one of the requests just before; equal dicts make equal records, and records are
-# not changed in place once built (see store.content.Decoded), so those are reused. A
-# comparison of dicts costs a fraction of building the records again.
+# was in one of the requests just before; dicts written alike make equal records, and
+# records are not changed in place once built (see store.content.Decoded), so those are
+# reused. A comparison of dicts costs a fraction of building the records again.
 _RECENT: deque[tuple[list[Any], list[Message]]] = deque(maxlen=8)
 _RECENT_LOCK = threading.Lock()
 
@@ -156,7 +157,11 @@ def _messages(raw: list[Any]) -> list[Message]:
     for old_raw, old_messages in reversed(recent):  # the newest first
         if old_raw and raw and old_raw[0] == raw[0]:
             # identical objects when decoders.repeats shared them: one compare in C
-            reused = old_messages[:shared_prefix(raw, old_raw)]
+            shared = shared_prefix(raw, old_raw)
+            # and equal as JSON, not only as Python values (1 == 1.0 == True)
+            shared = next((i for i in range(shared) if not same_json(old_raw[i], raw[i])),
+                          shared)
+            reused = old_messages[:shared]
             break
     messages = reused + [Message(role=m["role"], content=_blocks(m.get("content")))
                          for m in raw[len(reused):]]

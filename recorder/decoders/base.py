@@ -10,7 +10,8 @@ breaks the protocol; the addon catches every exception, keeps the raw bytes and 
 exchange, so a decoder bug can never reach the agent's stream.
 
 Shared here: `decode_object` (a JSON object body through a converter, every failure a
-`DecodeError`), `Reused` (the records of values a recent request sent too), `BufferedBody`
+`DecodeError`), `Reused` and `same_json` (the records of values a recent request sent too),
+`BufferedBody`
 and `JsonBodyDecoder` (a whole, non-streamed response body), and `is_event_stream` (which
 content types are SSE).
 """
@@ -180,7 +181,7 @@ class Reused[T]:
             recent = list(self._recent)
         found: list[T | None] = [None] * len(values)
         for old_values, old in reversed(recent):  # the newest first
-            same = [old[i] if i < len(old) and _same(old_values[i], value) else None
+            same = [old[i] if i < len(old) and same_json(old_values[i], value) else None
                     for i, value in enumerate(values)]
             if sum(r is not None for r in same) > sum(r is not None for r in found):
                 found = same
@@ -193,7 +194,7 @@ class Reused[T]:
         return records
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_json(a: Any, b: Any) -> bool:
     """Whether converting `b` gives what converting `a` gave. Python's == is not enough: it
     holds for 1, 1.0 and true, and for objects whose keys come in another order, which a
     record keeps as they came. The same object (decoders.repeats shares what a body
