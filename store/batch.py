@@ -455,10 +455,11 @@ def store_piece(conn: sa.Connection, stream: PackStream, piece: bytes, names: li
     if conn.dialect.name == "postgresql":
         return insert_pack(conn, stream.group, piece, names, datas, places, now, dictionary_id)
     size, last = sum(map(len, datas)), stream.last
-    if last is not None and len(last.data) + len(piece) <= GROW_UNDER and conn.execute(
-            _GROW_PACK, {"pack_id": last.id, "grown": last.data + piece,
-                         "grown_size": last.size + size, "now": now}).rowcount == 1:
-        pack_id, start, data = last.id, last.size, last.data + piece
+    grown = last.data + piece if last and len(last.data) + len(piece) <= GROW_UNDER else None
+    if grown and conn.execute(_GROW_PACK, {"pack_id": last.id, "grown": grown,
+                                           "grown_size": last.size + size,
+                                           "now": now}).rowcount == 1:
+        pack_id, start, data = last.id, last.size, grown
     else:
         pack_id, start, data = new_pack(conn, stream.group, piece, size, now,
                                         dictionary_id), 0, piece

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require
+from support import bench_module
 
 from forge_record.mock import TOOL_MARKER
 
@@ -25,14 +26,8 @@ FORGE = str(Path(sys.executable).with_name("forge-record"))
 PROMPT = f"Run the {TOOL_MARKER} command"
 # A model provider of Codex's config.toml, as for a gateway, Azure or a local server: Codex
 # then talks HTTP with SSE to its base URL (here still api.openai.com, which run routes).
-CUSTOM_PROVIDER = """\
-model_provider = "gateway"
-[model_providers.gateway]
-name = "gateway"
-base_url = "https://api.openai.com/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-"""
+# The one bench/codex_session.py records its HTTP sessions with.
+CUSTOM_PROVIDER = bench_module("codex_session").HTTP_PROVIDER
 
 
 def find_codex() -> str | None:

@@ -11,7 +11,7 @@ import json
 
 import orjson
 import pytest
-from support import ROOT
+from support import bench_module
 
 from forge_record.decoders import anthropic_messages, base, gemini, openai_chat, openai_responses
 from forge_record.decoders.repeats import REMEMBER_FROM, Repeats
@@ -24,18 +24,8 @@ from forge_record.redact.bodies import Redactor
 PAD = "x" * REMEMBER_FROM  # makes a body big enough to be remembered
 
 
-def _gen_session():
-    import sys
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import gen_session
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return gen_session
-
-
 def anthropic_bodies(n: int = 40) -> list[bytes]:
-    return [c.request for c in _gen_session().calls(n, seed=3)]
+    return [c.request for c in bench_module("gen_session").calls(n, seed=3)]
 
 
 def _text(content) -> str:
