@@ -4,7 +4,7 @@ costs per exchange, and how fast any exchange reads back.
     .venv/bin/python bench/storage.py [--calls 150] [--sessions 3] [--store URL]
                                       [--team 20] [--cli N] [--codex N] [--gemini N]
                                       [--codex-http N] [--qwen N] [--opencode N]
-                                      [--baseline REV] [--on-disk]
+                                      [--baseline REV] [--on-disk [--xz]]
 
 The session is bench/gen_session.py's synthetic Claude Code loop (a ~15 KB system prompt,
 ~20 KB of tools, file contents and command output in tool results, a moving cache_control
@@ -30,7 +30,10 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
    sessions over HTTP, with `--qwen N` on N recorded real Qwen Code sessions over Chat
    Completions (bench/qwen_session.py), with `--opencode N` on N recorded real opencode
    sessions over Anthropic Messages (bench/opencode_session.py); with `--baseline REV` at REV
-   as well, in the same run.
+   as well, in the same run. Each figure comes with references (`_stream_ratio`): the same
+   sessions' raw bodies as one zstd-22 stream over all of them, and with `--xz` as one xz -9e
+   stream, what the content allows with no random access and nothing else kept
+   (references()). Sessions are written under ids shaped as `run` makes them.
 Speed figures are what this machine measured; nothing here asserts them.
 """
 
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import importlib
 import os
 import random
@@ -254,7 +258,7 @@ def disk(sessions: int, calls: int, raw: int, tmp: Path) -> None:
     url = f"sqlite:///{tmp / 'disk.db'}"
     with open_store(url) as store:
         for seed in range(sessions):
-            record(store, f"s{seed}", exchanges(calls, seed)[0])
+            record(store, run_id(f"s{seed}"), exchanges(calls, seed)[0])
     import sqlite3
 
     with sqlite3.connect(tmp / "disk.db") as conn:
@@ -277,20 +281,32 @@ RECORDED = {"codex": ("codex_session", {}), "codex_http": ("codex_session", {"ht
 
 
 def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
-                 recorded: dict[str, int] | None = None) -> dict[str, float]:
+                 recorded: dict[str, int] | None = None, streams: str = ""
+                 ) -> dict[str, float]:
     """The figures issue 21 asks for, with whatever forge_record this process imports: one
     session in a fresh SQLite file after a checkpoint, and `team` sessions of one harness
     version and project in one fresh Postgres database (every relation, with indexes, TOAST
     and map forks). With `cli`, the same two on real Claude Code sessions
     (bench/cli_session.py): its first in a fresh SQLite file, `cli` of them in Postgres; with
-    `recorded`, on that many sessions of each other real CLI (RECORDED)."""
+    `recorded`, on that many sessions of each other real CLI (RECORDED). With `streams`
+    ("zstd" or "xz"), each figure's references too (references())."""
     import forge_record
 
     out: dict[str, float] = {"forge_record": str(Path(forge_record.__file__).resolve().parent)}
+
+    def refer(name: str, sessions: list[list[Exchange]]) -> None:
+        if streams:
+            out.update((f"{name}_{key}", value)
+                       for key, value in references(sessions, streams == "xz").items())
+
     sent = exchanges(calls, 0)[0]
     out.update(_sqlite_one("sqlite_one_session", sent, tmp / "one.db"))
+    refer("sqlite_one_session", [sent])
     if team:
         out.update(_team(calls, team))
+        if streams:
+            refer("postgres_team", [exchanges(calls, seed, TEAM_HARNESS)[0]
+                                    for seed in range(team)])
     if cli:
         import cli_session
 
@@ -298,6 +314,8 @@ def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
                 enumerate(cli_session.sessions(cli, calls))]
         out.update(_sqlite_one("cli_sqlite_one_session", made[0], tmp / "cli.db"))
         out.update(_postgres("cli_postgres", made))
+        refer("cli_sqlite_one_session", made[:1])
+        refer("cli_postgres", made)
     for name, count in (recorded or {}).items():
         if count:
             # recorded as records (bench/recorded.py), which record() finalizes as they are
@@ -305,7 +323,35 @@ def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
             made = importlib.import_module(module).sessions(count, calls, **keywords)
             out.update(_sqlite_one(f"{name}_sqlite_one_session", made[0], tmp / f"{name}.db"))
             out.update(_postgres(f"{name}_postgres", made))
+            refer(f"{name}_sqlite_one_session", made[:1])
+            refer(f"{name}_postgres", made)
     return out
+
+
+def references(sessions: list[list[Exchange]], xz: bool = False) -> dict[str, float]:
+    """Raw vs the sessions' raw bodies, one after another, as one stream with a window over all
+    of them: zstd at level 22 with long-distance matching, and with `xz` also xz -9e (LZMA2,
+    1.5 GB dictionary; minutes for 20 real sessions). No random access, and no records,
+    headers, rows or indexes, which a store keeps as well: what the content allows, not what
+    a layout can reach."""
+    bodies = b"".join(e.raw_request + e.raw_response for sent in sessions for e in sent)
+    params = zstandard.ZstdCompressionParameters.from_level(
+        22, window_log=30, enable_ldm=True, threads=2)
+    out = {"zstd22_stream_ratio": len(bodies) / len(
+        zstandard.ZstdCompressor(compression_params=params).compress(bodies))}
+    if xz:
+        import lzma
+
+        filters = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
+                    "dict_size": 1536 << 20}]
+        out["xz_stream_ratio"] = len(bodies) / len(lzma.compress(bodies, filters=filters))
+    return out
+
+
+def run_id(name: str) -> str:
+    """A session id shaped as `forge-record run` makes them (16 hex digits): every exchange
+    row and its index entry hold it, so a short name would flatter the figures."""
+    return hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def _raw(sent: list[Exchange]) -> int:
@@ -314,7 +360,7 @@ def _raw(sent: list[Exchange]) -> int:
 
 def _sqlite_one(name: str, sent: list[Exchange], path: Path) -> dict[str, float]:
     with open_store(f"sqlite:///{path}") as store:
-        record(store, "one", sent)
+        record(store, run_id("one"), sent)
     import sqlite3
 
     with sqlite3.connect(path) as conn:
@@ -328,7 +374,7 @@ def _postgres(name: str, sessions: list[list[Exchange]]) -> dict[str, float]:
     with postgres_database(f"bench_storage_{os.getpid()}") as (url, _), \
             open_store(url) as store:
         for n, sent in enumerate(sessions):
-            record(store, f"s{n}", sent)
+            record(store, run_id(f"s{n}"), sent)
         size = postgres_size(store, every=True)
     return {f"{name}_sessions": len(sessions), f"{name}_bytes_per_session": size / len(sessions),
             f"{name}_ratio": sum(map(_raw, sessions)) / size}
@@ -341,7 +387,7 @@ def _team(calls: int, team: int) -> dict[str, float]:
         for seed in range(team):
             sent = exchanges(calls, seed, TEAM_HARNESS)[0]
             raw += _raw(sent)
-            record(store, f"team-{seed}", sent)
+            record(store, run_id(f"team-{seed}"), sent)
         size = postgres_size(store, every=True)
         # One more session of the team's harness version, written as `serve` writes a rollout
         # past its encoders' budget: its encoder let go after every call (a segment a call).
@@ -350,7 +396,7 @@ def _team(calls: int, team: int) -> dict[str, float]:
         let_go = getattr(writes, "_retire", None) or (lambda sid: writes.forget({sid}))
         add = store.add_exchange
         store.add_exchange = lambda sid, ex: (add(sid, ex), let_go(sid))
-        record(store, "serve", sent)
+        record(store, run_id("serve"), sent)
         serve = postgres_size(store, every=True) - size
     return {"postgres_team_sessions": team, "postgres_team_bytes": size,
             "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team,
@@ -445,11 +491,11 @@ def baseline(rev: str, calls: int, team: int, cli: int,
 
 
 def compare(calls: int, team: int, rev: str | None, cli: int,
-            recorded: dict[str, int]) -> None:
+            recorded: dict[str, int], streams: str = "zstd") -> None:
     import forge_record
 
     with tempfile.TemporaryDirectory() as tmp:
-        now = disk_figures(calls, team, Path(tmp), cli, recorded)
+        now = disk_figures(calls, team, Path(tmp), cli, recorded, streams)
     print(f"4. on disk ({Path(forge_record.__file__).parent})")
     then = baseline(rev, calls, team, cli, recorded) if rev else {}
     if then:
@@ -484,6 +530,8 @@ def main() -> None:
                             help=f"on-disk figures on N recorded sessions of that CLI too "
                                  f"(bench/{module}.py{', ' if keywords else ''}"
                                  f"{', '.join(keywords)})")
+    parser.add_argument("--xz", action="store_true",
+                        help="with --on-disk: an xz -9e reference too (minutes a figure)")
     parser.add_argument("--on-disk-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     recorded = {name: getattr(args, name) for name in RECORDED}
@@ -495,7 +543,8 @@ def main() -> None:
                                           recorded)))
         return
     if args.on_disk:
-        compare(args.calls, args.team, args.baseline, args.cli, recorded)
+        compare(args.calls, args.team, args.baseline, args.cli, recorded,
+                "xz" if args.xz else "zstd")
         return
     sent, chains = exchanges(args.calls, 0)
     requests = sum(len(e.raw_request) for e in sent)
