@@ -160,8 +160,9 @@ blobs = sa.Table(
     sa.Column("pack_id", sa.Integer, nullable=False),
     sa.Column("start", sa.Integer, nullable=False),
     sa.Column("length", sa.Integer, nullable=False),
-    # When a writer last wrote or reused it: gc spares recently touched blobs even if no
-    # committed exchange names them yet (see store.gc).
+    # When a writer last wrote or reused it, in whole seconds (SQLite keeps those in 4 bytes):
+    # gc spares recently touched blobs even if no committed exchange names them yet (see
+    # store.gc).
     sa.Column("touched_at", Timestamp, nullable=False),
     # SQLite: the hash is the table's key, not a second copy in an index beside a rowid.
     sqlite_with_rowid=False,

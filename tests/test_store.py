@@ -552,6 +552,18 @@ def test_sqlite_puts_a_sessions_small_pieces_into_few_pack_rows(sqlite_store, db
     assert list(sqlite_store.iter_exchanges("s", raw=True)) == sent + more
 
 
+def test_blob_rows_are_touched_in_whole_seconds_rounded_up(sqlite_store, db_path, monkeypatch):
+    """SQLite keeps an integral REAL in 4 bytes instead of 8, on every blob row; rounded up,
+    a blob never looks older to gc than it is."""
+    from forge_record.store import batch
+
+    monkeypatch.setattr(batch.time, "time", lambda: 1_760_000_000.25)
+    check_round_trip(sqlite_store)
+    with sqlite3.connect(db_path) as conn:
+        stamps = set(conn.execute("SELECT touched_at FROM blobs"))
+    assert stamps == {(1_760_000_001,)}  # (typeof() says real either way)
+
+
 def test_bodies_and_records_are_compressed_at_rest(sqlite_store, db_path):
     check_round_trip(sqlite_store)
     with sqlite3.connect(db_path) as conn:
