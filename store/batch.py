@@ -405,7 +405,7 @@ WITH pack AS (
     INSERT INTO packs (group_id, size, data, created_at, dictionary_id)
     VALUES (:group_id, :size, :data, :created_at, :dictionary_id) RETURNING id)
 INSERT INTO blobs (hash, pack_id, start, length, touched_at)
-SELECT b.hash, pack.id, b.start, b.length, :created_at
+SELECT b.hash, pack.id, b.start, b.length, :touched_at
 FROM pack, unnest(CAST(:keys AS bytea[]), CAST(:starts AS integer[]),
                   CAST(:lengths AS integer[])) AS b(hash, start, length)
 ON CONFLICT (hash) DO UPDATE SET touched_at = excluded.touched_at
@@ -424,7 +424,8 @@ def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
         # server about as much.
         made = conn.execute(_PACK_WITH_BLOBS_PG, {
             "group_id": group, "size": size, "data": piece, "created_at": now,
-            "dictionary_id": dictionary_id, "keys": [blob_key(n) for n in names],
+            "touched_at": _touch_time(now), "dictionary_id": dictionary_id,
+            "keys": [blob_key(n) for n in names],
             "starts": [s for s, _ in places], "lengths": [ln for _, ln in places]})
         return {blob_key_name(bytes(k)) for k, ours in made if ours}
     pack_id = new_pack(conn, group, piece, size, now, dictionary_id)

@@ -118,8 +118,12 @@ def test_storage_and_writer_benches_measure_recorded_claude_code_sessions(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     ratios = {line.split()[0]: float(line.split()[1].rstrip("x")) for line in
               done.stdout.splitlines() if line.strip().startswith("cli_") and "ratio" in line}
-    assert set(ratios) == {"cli_sqlite_one_session_ratio", "cli_postgres_ratio"}
+    assert set(ratios) == {f"cli_{figure}{kind}" for figure in ("sqlite_one_session", "postgres")
+                           for kind in ("_ratio", "_zstd22_stream_ratio")}
     assert all(r > 1 for r in ratios.values()), ratios
+    # the bodies alone in one stream: more than a store, which keeps rows and random access
+    assert all(ratios[f"cli_{figure}_zstd22_stream_ratio"] > ratios[f"cli_{figure}_ratio"]
+               for figure in ("sqlite_one_session", "postgres")), ratios
     assert len(list((tmp_path / "sessions").glob("claude-*-calls12.jsonl.zst"))) == 2
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "writer_session.py"), "--cli", "--calls", "12",
