@@ -370,7 +370,7 @@ def touch(conn: sa.Connection, names: list[str], now: float) -> set[str]:
 
 def _touch_time(now: float) -> int:
     """A blob row's touched_at: `now` rounded up to a whole second, which gc's grace does not
-    need finer and SQLite stores in 4 bytes instead of a REAL's 8 (~1.4 KB of a real 150-call
+    need finer and SQLite stores in 4 bytes instead of a REAL's 8 (2 KB of a real 150-call
     session's file). Up, so that a blob never looks older than it is."""
     return math.ceil(now)
 
