@@ -303,10 +303,9 @@ def disk_figures(calls: int, team: int, tmp: Path, cli: int = 0,
     out.update(_sqlite_one("sqlite_one_session", sent, tmp / "one.db"))
     refer("sqlite_one_session", [sent])
     if team:
-        out.update(_team(calls, team))
-        if streams:
-            refer("postgres_team", [exchanges(calls, seed, TEAM_HARNESS)[0]
-                                    for seed in range(team)])
+        members = [exchanges(calls, seed, TEAM_HARNESS)[0] for seed in range(team)]
+        out.update(_team(calls, members))
+        refer("postgres_team", members)
     if cli:
         import cli_session
 
@@ -380,13 +379,11 @@ def _postgres(name: str, sessions: list[list[Exchange]]) -> dict[str, float]:
             f"{name}_ratio": sum(map(_raw, sessions)) / size}
 
 
-def _team(calls: int, team: int) -> dict[str, float]:
-    raw = 0
+def _team(calls: int, members: list[list[Exchange]]) -> dict[str, float]:
+    team, raw = len(members), sum(map(_raw, members))
     with postgres_database(f"bench_storage_{os.getpid()}") as (url, _), \
             open_store(url) as store:
-        for seed in range(team):
-            sent = exchanges(calls, seed, TEAM_HARNESS)[0]
-            raw += _raw(sent)
+        for seed, sent in enumerate(members):
             record(store, run_id(f"team-{seed}"), sent)
         size = postgres_size(store, every=True)
         # One more session of the team's harness version, written as `serve` writes a rollout

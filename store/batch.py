@@ -434,8 +434,8 @@ def insert_pack(conn: sa.Connection, group: int, piece: bytes, names: list[str],
 
 def _blob_rows(conn: sa.Connection, pack_id: int, names: list[str],
                places: list[tuple[int, int]], now: float) -> set[str]:
-    rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln,
-             "touched_at": _touch_time(now)}
+    touched = _touch_time(now)
+    rows = [{"hash": n, "pack_id": pack_id, "start": s, "length": ln, "touched_at": touched}
             for n, (s, ln) in zip(names, places, strict=True)]
     made = conn.execute(_upsert_blobs(conn.dialect.name), rows)
     return {n for n, p in made if p == pack_id}
