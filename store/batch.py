@@ -76,6 +76,7 @@ from forge_record.store.segments import (
     PackStream,
     Seen,
     SessionEncoder,
+    Written,
 )
 
 FRESH_FOR = 600.0
@@ -120,6 +121,10 @@ class Writes:
         self._own: dict[str, dict] = {}  # session -> the pack groups figure it wrote last
         self._dictionaries: dict[str, tuple[int, bytes]] = {}  # harness -> (id, plain bytes)
         self._missed: dict[str, float] = {}  # harness -> when it had no dictionary
+        # Pack groups no writer will add to, to seal (store.seal) once the batch that
+        # finished them committed: `sealable`, which the Store seals after its write.
+        self._finished: list[Written] = []
+        self.sealable: list[Written] = []
 
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
@@ -139,18 +144,22 @@ class Writes:
                 encoder = self._encoders.get(item.session_id)
                 if encoder is not None:
                     self._offer(conn, encoder, encoder.offer_dictionary(ended=True))
+                    self._finished += encoder.finished
                 self._drop(item.session_id)  # an exchange after its end is rare
         return touched
 
     def committed(self, touched: set) -> None:
         now = time.time()
+        self.sealable += self._finished
+        self._finished = []
         self._fresh.update(dict.fromkeys(touched, now))
         if len(self._fresh) > 100_000:
             self._fresh = {k: t for k, t in self._fresh.items() if now - t < FRESH_FOR}
 
     def forget(self, session_ids: set[str]) -> None:
         """After a failed write: its sessions' encoders and tails, and the shared pack
-        streams, may hold pieces that were never committed."""
+        streams, may hold pieces that were never committed (none of them is sealed)."""
+        self._finished = []
         for sid in session_ids:
             self._drop(sid)
             self._beats.pop(sid, None)
@@ -189,6 +198,8 @@ class Writes:
     def _encoder(self, conn: sa.Connection, session_id: str, ex: Exchange) -> SessionEncoder:
         enc = self._encoders.get(session_id)
         if enc is None or enc.full:
+            if enc is not None:
+                self._finished += enc.finished
             _lock_segments(conn, session_id)
             last = conn.scalar(_LAST_SEGMENT, {"session_id": session_id})
             tail = self._take_tail(session_id) if enc is None else []
@@ -212,6 +223,7 @@ class Writes:
         key = dictionary[0] if dictionary else None
         packs = self._shared.get(key)
         if packs is None or packs.fed >= SEGMENT_BYTES:
+            # Not sealed: encoders made before go on packing into it (see store.seal).
             packs = self._shared[key] = PackStream(dictionary)
         return packs
 
@@ -238,6 +250,7 @@ class Writes:
         fails forgets every session it wrote)."""
         encoder = self._encoders.pop(session_id)
         self._held -= self._footprints.pop(session_id, 0)
+        self._finished += encoder.finished
         if tail := encoder.tail:
             self._tails[session_id] = tail
             self._tails_held += sum(s.footprint for s in tail)
@@ -299,6 +312,8 @@ class Writes:
             encoder = owner[names[0]][0]
             datas = [owner[n][1] for n in names]
             piece, places = encoder.pack(datas)
+            self._finished += encoder.packs.idled
+            encoder.packs.idled.clear()
             made = store_piece(conn, encoder.packs, piece, names, datas, places, now,
                                encoder.dictionary_id)
             group_of.update(dict.fromkeys(made, encoder.group))
@@ -461,10 +476,23 @@ def store_piece(conn: sa.Connection, stream: PackStream, piece: bytes, names: li
     """`stream`'s next piece and the blobs in it, as insert_pack stores them; on SQLite in
     the row it wrote last while that is small (GROW_UNDER). Returns the names whose rows it
     made. The row is the stream's own (its group is no other writer's), and a failed
-    transaction drops the stream with it (Writes.forget)."""
+    transaction drops the stream with it (Writes.forget). The rows made are noted in the
+    stream's `written`, for sealing the group (store.seal)."""
+    size = sum(map(len, datas))
     if conn.dialect.name == "postgresql":
-        return insert_pack(conn, stream.group, piece, names, datas, places, now, dictionary_id)
-    size, last = sum(map(len, datas)), stream.last
+        made = insert_pack(conn, stream.group, piece, names, datas, places, now, dictionary_id)
+    else:
+        made = _sqlite_piece(conn, stream, piece, size, names, places, now, dictionary_id)
+    at = stream.written.fed - size  # the piece's first plain byte in its group
+    stream.written.made.extend((n, at + s) for n, (s, _) in zip(names, places, strict=True)
+                               if n in made)
+    return made
+
+
+def _sqlite_piece(conn: sa.Connection, stream: PackStream, piece: bytes, size: int,
+                  names: list[str], places: list[tuple[int, int]], now: float,
+                  dictionary_id: int | None) -> set[str]:
+    last = stream.last
     grown = last.data + piece if last and len(last.data) + len(piece) <= GROW_UNDER else None
     if grown and conn.execute(_GROW_PACK, {"pack_id": last.id, "grown": grown,
                                            "grown_size": last.size + size,

@@ -23,6 +23,8 @@ collect(store, older_than, dry_run) does, in order:
    because their writer may still append to them (encoder.PACK_IDLE < GRACE). Sessions
    that kept a group dropped or repacked lose their kept groups (their blobs moved), in the
    transaction that replaces the group.
+5. A SQLite file made with auto_vacuum = INCREMENTAL (every new one) gives the pages freed
+   back to the file system (store.engine.give_back_pages).
 With `dry_run`, nothing is deleted and the report says what would be.
 """
 
@@ -38,6 +40,7 @@ import sqlalchemy as sa
 from forge_record.errors import StoreError
 from forge_record.store import compression, content, dictionaries, kept
 from forge_record.store.batch import exclude_writers, groups_of, new_pack
+from forge_record.store.engine import give_back_pages
 from forge_record.store.reader import BlobReader, chunks
 from forge_record.store.schema import LAYOUT_RECORD, BlobName, blobs, exchanges, packs, sessions
 from forge_record.store.segments import spans
@@ -92,6 +95,9 @@ def collect(store: Store, older_than: float, dry_run: bool = False, grace: float
             for table in _TEMPORARY:
                 table.drop(conn, checkfirst=True)
             conn.commit()
+    if not dry_run and (report.sessions or report.blobs or report.groups or report.repacked):
+        with store.transaction("give freed pages back") as conn:
+            give_back_pages(conn)  # a SQLite file shrinks by what gc freed
     return report
 
 

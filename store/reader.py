@@ -29,6 +29,7 @@ from forge_record.store.segments import request_hint, response_hint
 
 _CHUNK = 500  # names per IN (...) list
 _RAW_CACHE = 16
+_LOOKS = 3  # times a blob is looked up while its pack keeps moving (BlobReader._load)
 
 # Every statement is built once, with bound parameters: working out a statement's shape for
 # SQLAlchemy's compiled cache costs more than SQLite takes to run it (0.4 ms against 0.25 ms
@@ -87,18 +88,30 @@ class BlobReader:
     def load(self, names: Iterable[str]) -> None:
         wanted = sorted({n for n in names if n not in self._plain})
         for part in chunks(wanted):
-            # Rows unpacked as tuples: a Row's attributes cost about a microsecond each.
-            places = [tuple(r) for r in self._conn.execute(_BLOB_PLACES, {"names": part})]
-            self._decode_packs({pack for _, pack, _, _ in places})
-            for blob, pack, start, length in places:
-                data = self._packs[pack][start : start + length]
-                if blob_name(data) != blob:
-                    raise StoreError(f"blob {blob} does not match its bytes: "
-                                     "the store is damaged")
-                self._plain[blob] = data
+            for _ in range(_LOOKS):
+                part = self._load(part)
+                if not part:
+                    break
         missing = [n for n in wanted if n not in self._plain]
         if missing:
             raise StoreError(f"{len(missing)} blobs are missing, e.g. {missing[0]}")
+
+    def _load(self, names: list[str]) -> list[str]:
+        """Load these blobs; returns those whose pack was gone when it was read: a seal
+        (store.seal) or gc's repack moved them meanwhile, so they are looked up again."""
+        # Rows unpacked as tuples: a Row's attributes cost about a microsecond each.
+        places = [tuple(r) for r in self._conn.execute(_BLOB_PLACES, {"names": names})]
+        self._decode_packs({pack for _, pack, _, _ in places})
+        moved = []
+        for blob, pack, start, length in places:
+            if pack not in self._packs:
+                moved.append(blob)
+                continue
+            data = self._packs[pack][start : start + length]
+            if blob_name(data) != blob:
+                raise StoreError(f"blob {blob} does not match its bytes: the store is damaged")
+            self._plain[blob] = data
+        return moved
 
     def _decode_packs(self, ids: set[int]) -> None:
         ids -= self._packs.keys()
@@ -107,6 +120,8 @@ class BlobReader:
         groups = self._conn.execute(_PACK_GROUPS, {"ids": sorted(ids)}).all()
         for group, last in groups:
             rows = self._conn.execute(self._group_packs, {"group": group, "last": last}).all()
+            if not rows:  # sealed since: its packs are one new one
+                continue
             used = rows[0].dictionary_id if self._group_packs is _GROUP_PACKS else None
             plains = compression.decode_pieces((r.data for r in rows), self._dictionary(used))
             self._packs.update((r.id, p) for r, p in zip(rows, plains, strict=True))

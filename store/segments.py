@@ -116,6 +116,18 @@ class LastPack:
 
 
 @dataclass
+class Written:
+    """What a writer put in one pack group, for sealing it once it is finished (store.seal):
+    the plain bytes it fed the group, and the blob rows it made there, as (name, offset in
+    the group's plain bytes)."""
+
+    group: int
+    dictionary: tuple[int, bytes] | None = None  # (id, plain bytes) the group starts from
+    fed: int = 0
+    made: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
 class PackStream:
     """A pack group being written: each pack is the next piece of one zstd stream, which
     starts from the harness version's dictionary if there is one. A segment writes its own;
@@ -129,9 +141,12 @@ class PackStream:
     _stream: compression.Stream = field(init=False)
     _packed_at: float = field(default_factory=time.monotonic)
     last: LastPack | None = None  # in this group; kept by store.batch.store_piece
+    written: Written = field(init=False)  # in this group; its rows kept by store_piece
+    idled: list[Written] = field(default_factory=list)  # groups it left after PACK_IDLE
 
     def __post_init__(self) -> None:
         self._stream = self._new()
+        self.written = Written(self.group, self.dictionary)
 
     def _new(self) -> compression.Stream:
         return compression.Stream(prefix=self.dictionary[1] if self.dictionary else b"")
@@ -149,9 +164,13 @@ class PackStream:
         (start, length) in the piece's plain bytes."""
         now = time.monotonic()
         if now - self._packed_at > PACK_IDLE:
+            self.idled.append(self.written)
             self._stream, self.group, self.last = self._new(), secrets.randbits(62), None
+            self.written = Written(self.group, self.dictionary)
         self._packed_at = now
-        return self._stream.piece(b"".join(datas)), spans(datas)
+        piece = self._stream.piece(b"".join(datas))
+        self.written.fed = self._stream.fed
+        return piece, spans(datas)
 
 
 @dataclass
@@ -255,6 +274,12 @@ class SessionEncoder:
     def pack(self, datas: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
         """The next piece of its pack stream (PackStream.pack)."""
         return self.packs.pack(datas)
+
+    @property
+    def finished(self) -> list[Written]:
+        """The pack groups it is done with once let go: its own stream's, with those the
+        stream left idle (a shared stream goes on)."""
+        return [*self.packs.idled, self.packs.written] if self._own_packs else []
 
     @property
     def _seen(self) -> list[Seen]:

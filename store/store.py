@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import threading
@@ -35,11 +36,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from forge_record.errors import SessionNotFound, StoreError
 from forge_record.records import Exchange, Session
 from forge_record.redact.headers import SECRET_HEADERS
-from forge_record.store import kept, labels, migrate, reader, summary
+from forge_record.store import kept, labels, migrate, reader, seal, summary
 from forge_record.store.batch import Writes
 from forge_record.store.engine import make_engine, show_url, sqlite_file, writing
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item, describe
 from forge_record.store.schema import exchanges, sessions
+
+log = logging.getLogger("forge_record")
 
 __all__ = [
     "SECRET_HEADERS", "Store", "StoreUnavailable", "fingerprint", "open_store", "store_revision",
@@ -201,6 +204,19 @@ class Store:
                                      else i.session.id for i in items})
                 raise
             self._writes.committed(touched)
+            self._seal()
+
+    def _seal(self) -> None:
+        """Seal the pack groups writes finished (store.seal), each in a transaction of its
+        own. Best effort: the batch that finished them is committed, and a group left as it
+        was reads back the same, only bigger."""
+        while self._writes.sealable:
+            written = self._writes.sealable.pop(0)
+            try:
+                with self._guard("seal a pack group"), self._writing.begin() as conn:
+                    seal.seal(conn, written)
+            except Exception as e:  # noqa: BLE001 - never the write's failure
+                log.warning("forge-record: pack group %s left unsealed: %s", written.group, e)
 
     def add_session(self, session: Session, recorder_pid: int | None = None) -> None:
         """Add a session recorded by `recorder_pid` (default: this process)."""

@@ -1,0 +1,77 @@
+"""Sealing a finished pack group: its pieces become one frame, in one pack row.
+
+A pack stream is written a piece a call, each flushed so that the call is stored on its own
+(store.segments). The flushes and the rows cost: a real 150-call Claude Code session's group
+takes 150.8 KB in pieces at level 9, and a row per piece on Postgres (~25 KB more), where the
+same plain bytes as one frame at compression.SEAL_LEVEL take 134.4 KB. So once no writer
+will add to a group (its session ended, its segment is full, its writer let the session's
+encoder go, or it idled past segments.PACK_IDLE), the writer that wrote it seals it, in a
+transaction of its own after the batch that finished it committed: one new pack holding the
+same plain bytes in the same order, from the same dictionary, under the same group id; the
+blob rows it made there point into it; the old packs go. Not sealed: the stream resumed
+segments share (store.batch), whose encoders may go on packing into it after their writer
+started another.
+
+What stays true, so nothing else has to know:
+- the group and its plain bytes: a dictionary made of its first bytes, the pack groups a
+  session's figure keeps (store.kept) and what a writer found with groups_of stay right;
+- every blob reads back: the frame is decoded and compared before anything moves, and a
+  reader that finds a blob's old pack gone looks the blob up again (reader.BlobReader);
+- gc: the new pack is as old as the newest it replaces, and seals hold off gc's repacks
+  (store.batch.REPACK_LOCK) as writers do.
+A group is left as it is when it has one pack, when its packs do not add up to what the
+writer fed it (a batch that failed: Writes.forget drops those, this is the check), or when
+one frame would not be smaller. On SQLite the pages freed go back to the file system
+(auto_vacuum = INCREMENTAL, store.engine): otherwise a file would keep them until the next
+session's writes reuse them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+
+import sqlalchemy as sa
+
+from forge_record.store import compression
+from forge_record.store.batch import hold_off_repacks, new_pack
+from forge_record.store.engine import give_back_pages
+from forge_record.store.reader import chunks
+from forge_record.store.schema import blobs, packs
+from forge_record.store.segments import Written
+
+_GROUP = sa.select(packs.c.id, packs.c.data, packs.c.size, packs.c.created_at,
+                   packs.c.dictionary_id).where(
+    packs.c.group_id == sa.bindparam("group")).order_by(packs.c.id)
+_MOVE = blobs.update().where(blobs.c.hash == sa.bindparam("name"),
+                             blobs.c.pack_id == sa.bindparam("old")).values(
+    pack_id=sa.bindparam("new"), start=sa.bindparam("at"))
+
+
+def seal(conn: sa.Connection, written: Written) -> int:
+    """Seal the group `written` describes, inside the caller's transaction; returns the
+    stored bytes it saved (0: left as it was)."""
+    hold_off_repacks(conn)
+    rows = conn.execute(_GROUP, {"group": written.group}).all()
+    if len(rows) < 2 or sum(r.size for r in rows) != written.fed:
+        return 0
+    prefix = written.dictionary[1] if written.dictionary else b""
+    plain = b"".join(compression.decode_pieces((r.data for r in rows), prefix))
+    frame = compression.seal(plain, prefix)
+    stored = sum(len(r.data) for r in rows)
+    if len(frame) >= stored or compression.decode_pieces([frame], prefix) != [plain]:
+        return 0
+    new = new_pack(conn, written.group, frame, len(plain), max(r.created_at for r in rows),
+                   rows[0].dictionary_id)
+    starts = list(itertools.accumulate((r.size for r in rows), initial=0))
+    # Each blob's old pack is the one its offset falls in: the row that must still be there.
+    # In name order, as writers lock blob rows (store.batch.touch), so that a writer reusing
+    # some of these blobs meanwhile never deadlocks with the seal.
+    if written.made:
+        conn.execute(_MOVE, [{"name": name, "old": rows[bisect.bisect_right(starts, at) - 1].id,
+                              "new": new, "at": at} for name, at in sorted(written.made)])
+    for part in chunks([r.id for r in rows]):
+        conn.execute(packs.delete().where(packs.c.id.in_(part)))
+    give_back_pages(conn)
+    return stored - len(frame)
+
