@@ -248,12 +248,15 @@ def _stream_prefix(prefix: bytes, level: int, table_log: int) -> zstandard.ZstdC
     return made
 
 
-# A finished pack group is sealed (store.seal): its plain bytes again as one frame, at a
-# level the writer cannot afford a call. On a real 150-call Claude Code session's group (554
-# KB plain, 150.8 KB in pieces at level 9): level 12 140.9 KB in 13 ms, 15 139.7 KB in 41 ms,
-# 17 134.4 KB in 60 ms, 19 133.1 KB in 121 ms. Tables of 2^20 entries (~8 MB) do as well as
-# level 17's own on a segment; the window is a stream's, which decode_pieces allows.
-SEAL_LEVEL = 17
+# A finished pack group is sealed (store.seal): its plain bytes again as one frame. On a real
+# 150-call Claude Code session's group (554 KB plain, 150.8 KB in pieces at level 9), CPU
+# once: level 9 143.9 KB in 6 ms, 12 140.9 KB in 9 ms, 15 139.7 KB in 33 ms, 17 134.4 KB in
+# 56 ms, 19 133.1 KB in 121 ms. Level 17 cost the writer 0.5 ms more a call on the real
+# 1,000-call session at 212 KB a request (SQLite: 1.70 -> 2.22 ms of store CPU, against 1.81
+# at level 12), a sixth of issue 21's 3 ms budget, for 6.5 KB a session. Tables of 2^20
+# entries (~8 MB) do as well as a level's own on a segment; the window is a stream's, which
+# decode_pieces allows.
+SEAL_LEVEL = 12
 SEAL_TABLE_LOG = 20
 
 

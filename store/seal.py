@@ -33,6 +33,8 @@ import itertools
 
 import sqlalchemy as sa
 
+from forge_record.errors import StoreError
+from forge_record.identity import blob_key
 from forge_record.store import compression
 from forge_record.store.batch import hold_off_repacks, new_pack
 from forge_record.store.engine import give_back_pages
@@ -46,6 +48,17 @@ _GROUP = sa.select(packs.c.id, packs.c.data, packs.c.size, packs.c.created_at,
 _MOVE = blobs.update().where(blobs.c.hash == sa.bindparam("name"),
                              blobs.c.pack_id == sa.bindparam("old")).values(
     pack_id=sa.bindparam("new"), start=sa.bindparam("at"))
+# Postgres: one statement from three arrays, as store.batch inserts blob rows (a row a round
+# trip cost the writer ~0.1 ms a call on the real 1,000-call session), the rows locked first
+# in name order.
+_MOVE_PG = sa.text("""
+WITH moving AS (
+    SELECT b.hash, m.start FROM blobs b
+    JOIN unnest(CAST(:keys AS bytea[]), CAST(:olds AS integer[]), CAST(:starts AS integer[]))
+        AS m(hash, old, start) ON b.hash = m.hash AND b.pack_id = m.old
+    ORDER BY b.hash FOR UPDATE OF b)
+UPDATE blobs SET pack_id = :new, start = moving.start FROM moving
+WHERE blobs.hash = moving.hash""")
 
 
 def seal(conn: sa.Connection, written: Written) -> int:
@@ -65,11 +78,20 @@ def seal(conn: sa.Connection, written: Written) -> int:
                    rows[0].dictionary_id)
     starts = list(itertools.accumulate((r.size for r in rows), initial=0))
     # Each blob's old pack is the one its offset falls in: the row that must still be there.
-    # In name order, as writers lock blob rows (store.batch.touch), so that a writer reusing
-    # some of these blobs meanwhile never deadlocks with the seal.
-    if written.made:
-        conn.execute(_MOVE, [{"name": name, "old": rows[bisect.bisect_right(starts, at) - 1].id,
-                              "new": new, "at": at} for name, at in sorted(written.made)])
+    # Locked in name order, as writers lock blob rows (store.batch.touch), so that a writer
+    # reusing some of these blobs meanwhile never deadlocks with the seal.
+    moves = [(name, rows[bisect.bisect_right(starts, at) - 1].id, at)
+             for name, at in sorted(written.made)]
+    if moves and conn.dialect.name == "postgresql":
+        moved = conn.execute(_MOVE_PG, {
+            "new": new, "keys": [blob_key(n) for n, _, _ in moves],
+            "olds": [old for _, old, _ in moves], "starts": [at for _, _, at in moves]}).rowcount
+    elif moves:
+        moved = conn.execute(_MOVE, [{"name": name, "old": old, "new": new, "at": at}
+                                     for name, old, at in moves]).rowcount
+    if moves and moved != len(moves):  # a row not where it was written: leave the group be
+        raise StoreError(f"{len(moves) - moved} blob rows of pack group {written.group} moved "
+                         "since they were written")
     for part in chunks([r.id for r in rows]):
         conn.execute(packs.delete().where(packs.c.id.in_(part)))
     give_back_pages(conn)

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from support import make_session, realistic_exchanges
 
+from forge_record.errors import StoreError
 from forge_record.store import (
     compression,
     default_store_url,
@@ -23,6 +24,7 @@ from forge_record.store import (
     seal,
     segments,
 )
+from forge_record.store.schema import blobs
 
 DAY = 86_400
 
@@ -102,6 +104,18 @@ def test_a_group_whose_packs_do_not_add_up_to_what_was_fed_is_left_alone(store):
     with store.transaction("seal") as conn:
         assert seal.seal(conn, written) > 0
         assert seal.seal(conn, written) == 0  # one pack: nothing left to seal
+
+
+def test_a_group_whose_blob_rows_moved_since_is_left_alone(store):
+    start(store, "moved", realistic_exchanges(20, 4))
+    written = store._writes._encoders["moved"].packs.written
+    before = groups(store)
+    with store.transaction("gc took one") as conn:
+        conn.execute(blobs.delete().where(blobs.c.hash == written.made[3][0]))
+    with pytest.raises(StoreError, match="1 blob rows of pack group"), \
+            store.transaction("seal") as conn:
+        seal.seal(conn, written)
+    assert groups(store) == before
 
 
 def test_a_dictionary_s_group_sealed_keeps_its_bytes_and_later_sessions_read(store,
