@@ -22,9 +22,10 @@ marker, a sub-agent and title calls), decoded by the real Anthropic decoder. Pri
 3. reading: every exchange checked equal to what was written (raw bodies byte for byte), a
    whole-session read, and random access to single exchanges;
 4. on disk (issue 21's figures; `--on-disk` alone): one session in a fresh SQLite file,
-   `--team` sessions of one harness version in a fresh Postgres, one more written a segment
-   a call; with `--cli N` the first two on N recorded real Claude Code sessions too
-   (bench/cli_session.py), with `--codex N` on N recorded real Codex sessions over its
+   `--team` sessions of one harness version in a fresh Postgres, vacuumed after each as
+   autovacuum does in a store in use (vacuum()), one more written a segment a call; with
+   `--cli N` the first two on N recorded real Claude Code sessions too (bench/cli_session.py,
+   also vacuumed after each), with `--codex N` on N recorded real Codex sessions over its
    WebSocket (bench/codex_session.py), with `--gemini N` on N recorded real Gemini CLI
    sessions (bench/gemini_session.py), with `--codex-http N` on N recorded real Codex
    sessions over HTTP, with `--qwen N` on N recorded real Qwen Code sessions over Chat
@@ -368,12 +369,28 @@ def _sqlite_one(name: str, sent: list[Exchange], path: Path) -> dict[str, float]
     return {f"{name}_bytes": size, f"{name}_ratio": _raw(sent) / size}
 
 
+def vacuum(store, full: bool = False) -> None:
+    """What autovacuum does between the sessions of a Postgres store in use (it looks every
+    minute): the row versions a session left dead (the pieces of the pack groups it sealed,
+    their blob rows' old versions, its session row's updates) become space that the next
+    sessions' rows take. Without it, a store written in one go, as here, keeps them all.
+    `full`: the tables rewritten with no free space left, so that what a session adds next
+    is what it takes."""
+    import sqlalchemy as sa
+
+    with store._engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            sa.text("VACUUM FULL" if full else "VACUUM"))
+
+
 def _postgres(name: str, sessions: list[list[Exchange]]) -> dict[str, float]:
-    """The sessions in one fresh Postgres database: what it holds a session."""
+    """The sessions in one fresh Postgres database, vacuumed after each: what it holds a
+    session."""
     with postgres_database(f"bench_storage_{os.getpid()}") as (url, _), \
             open_store(url) as store:
         for n, sent in enumerate(sessions):
             record(store, run_id(f"s{n}"), sent)
+            vacuum(store)
         size = postgres_size(store, every=True)
     return {f"{name}_sessions": len(sessions), f"{name}_bytes_per_session": size / len(sessions),
             f"{name}_ratio": sum(map(_raw, sessions)) / size}
@@ -385,20 +402,45 @@ def _team(calls: int, members: list[list[Exchange]]) -> dict[str, float]:
             open_store(url) as store:
         for seed, sent in enumerate(members):
             record(store, run_id(f"team-{seed}"), sent)
+            vacuum(store)
         size = postgres_size(store, every=True)
-        # One more session of the team's harness version, written as `serve` writes a rollout
-        # past its encoders' budget: its encoder let go after every call (a segment a call).
-        sent = exchanges(calls, team, TEAM_HARNESS)[0]
-        writes = store._writes
-        let_go = getattr(writes, "_retire", None) or (lambda sid: writes.forget({sid}))
-        add = store.add_exchange
-        store.add_exchange = lambda sid, ex: (add(sid, ex), let_go(sid))
-        record(store, run_id("serve"), sent)
-        serve = postgres_size(store, every=True) - size
+    sent, serve = _serve(calls, members)
     return {"postgres_team_sessions": team, "postgres_team_bytes": size,
             "postgres_team_ratio": raw / size, "postgres_team_bytes_per_session": size / team,
             "postgres_segment_a_call_bytes": serve,
             "postgres_segment_a_call_ratio": _raw(sent) / serve}
+
+
+def _serve(calls: int, members: list[list[Exchange]]) -> tuple[list[Exchange], int]:
+    """One more session of the team's harness version, written as `serve` writes a rollout
+    past its encoders' budget: its encoder let go after every call (a segment a call). It is
+    what the tables grow by, so nothing may be freed before it that it could take, or left
+    dead that it would split index pages around: the team is written into a database of its
+    own without sealing its pack groups (the rollout's own stream is its writer's shared one,
+    which is never sealed), and with autovacuum off (which made it vary by 8 KB)."""
+    import sqlalchemy as sa
+
+    with postgres_database(f"bench_storage_{os.getpid()}") as (url, _), \
+            open_store(url) as store:
+        with store.transaction("autovacuum off") as conn:
+            for (table,) in conn.execute(sa.text(
+                    "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = 'public' AND c.relkind = 'r'")):
+                conn.execute(sa.text(f'ALTER TABLE "{table}" SET (autovacuum_enabled = off, '
+                                     "toast.autovacuum_enabled = off)"))
+        writes = store._writes
+        if hasattr(writes, "sealable"):
+            store._seal = writes.sealable.clear
+        for seed, sent in enumerate(members):
+            record(store, run_id(f"team-{seed}"), sent)
+        before = postgres_size(store, every=True)
+        store.__dict__.pop("_seal", None)  # the rollout seals as a writer does
+        sent = exchanges(calls, len(members), TEAM_HARNESS)[0]
+        let_go = getattr(writes, "_retire", None) or (lambda sid: writes.forget({sid}))
+        add = store.add_exchange
+        store.add_exchange = lambda sid, ex: (add(sid, ex), let_go(sid))
+        record(store, run_id("serve"), sent)
+        return sent, postgres_size(store, every=True) - before
 
 
 def token_session(calls: int, seed: int = 0) -> list[Exchange]:

@@ -13,7 +13,8 @@ main-loop calls and a sub-agent's 8: 77 KB to ~480 KB, ~265 KB on average; with 
 1000 --window 125000` the CLI compacts its conversation past ~360 KB, ~210 KB on average),
 as the addon hands it over (request not parsed yet). A child process per measurement does to it what
 `forge-record run`'s writer process does (finalize.finalize with a body redactor, then
-Store.write in transactions of --batch exchanges, into a fresh SQLite file) and reports the
+Store.write in transactions of --batch exchanges, into a fresh SQLite file, then the session's
+end, which seals its last pack group: store.seal) and reports the
 process CPU time per call (time.process_time, which other processes on a busy machine do not
 add to), split into finalize and store. `--postgres` writes into a new database of the
 local Postgres instead, and adds to the store's figure the CPU its server processes spent
@@ -47,7 +48,7 @@ def child(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: b
     from forge_record.finalize import finalize
     from forge_record.records import Session
     from forge_record.store import open_store
-    from forge_record.store.items import AddExchange, AddSession
+    from forge_record.store.items import AddExchange, AddSession, EndSession
 
     if cli:
         import cli_session
@@ -68,6 +69,9 @@ def child(calls: int, batch: int, compact_kb: int | None, postgres: bool, cli: b
             store.write([AddExchange("w", ex) for ex in done])
             c2 = time.process_time()
             parse, write = parse + c1 - c0, write + c2 - c1
+        c0 = time.process_time()
+        store.write([EndSession("w", 1.76e9 + 3600, 0)])  # its end seals its last pack group
+        write += time.process_time() - c0
         server = server_cpu() - served
     print(json.dumps({"finalize_ms": parse / len(sent) * 1e3,
                       "store_ms": (write + server) / len(sent) * 1e3,

@@ -13,7 +13,8 @@ How an exchange's bytes are kept depends on its `layout` (docs/STORAGE.md has th
   prompt, tools, parameters, messages and answer. `raw_request` and `raw_response` are
   store.delta frames against the exchange's raw parent and its blobs.
 A blob's bytes live in a `packs` row: one piece of a compressed stream per session segment
-(`group_id`), so a blob is read by decoding its group's pieces up to its pack. A group's
+(`group_id`), so a blob is read by decoding its group's pieces up to its pack; a finished
+group is one row, its stream sealed as one frame (store.seal). A group's
 stream may start from a `dictionaries` row (revision 0005, `packs.dictionary_id`): content
 earlier sessions of the same harness version packed, which the next ones repeat.
 """

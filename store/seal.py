@@ -3,7 +3,7 @@
 A pack stream is written a piece a call, each flushed so that the call is stored on its own
 (store.segments). The flushes and the rows cost: a real 150-call Claude Code session's group
 takes 150.8 KB in pieces at level 9, and a row per piece on Postgres (~25 KB more), where the
-same plain bytes as one frame at compression.SEAL_LEVEL take 134.4 KB. So once no writer
+same plain bytes as one frame at compression.SEAL_LEVEL take 140.9 KB. So once no writer
 will add to a group (its session ended, its segment is full, its writer let the session's
 encoder go, or it idled past segments.PACK_IDLE), the writer that wrote it seals it, in a
 transaction of its own after the batch that finished it committed: one new pack holding the
@@ -20,10 +20,11 @@ What stays true, so nothing else has to know:
 - gc: the new pack is as old as the newest it replaces, and seals hold off gc's repacks
   (store.batch.REPACK_LOCK) as writers do.
 A group is left as it is when it has one pack, when its packs do not add up to what the
-writer fed it (a batch that failed: Writes.forget drops those, this is the check), or when
-one frame would not be smaller. On SQLite the pages freed go back to the file system
-(auto_vacuum = INCREMENTAL, store.engine): otherwise a file would keep them until the next
-session's writes reuse them.
+writer fed it (a batch that failed: Writes.forget drops those, this is the check), when
+one frame would not be smaller, and when a blob row it made is not where it was written
+(the seal raises, and its transaction rolls back). On SQLite the pages freed go back to the
+file system (auto_vacuum = INCREMENTAL, store.engine): otherwise a file would keep them until
+the next session's writes reuse them.
 """
 
 from __future__ import annotations
