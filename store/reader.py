@@ -120,7 +120,7 @@ class BlobReader:
         groups = self._conn.execute(_PACK_GROUPS, {"ids": sorted(ids)}).all()
         for group, last in groups:
             rows = self._conn.execute(self._group_packs, {"group": group, "last": last}).all()
-            if not rows:  # sealed since: its packs are one new one
+            if not rows:  # gone since (sealed, or repacked by gc): _load looks again
                 continue
             used = rows[0].dictionary_id if self._group_packs is _GROUP_PACKS else None
             plains = compression.decode_pieces((r.data for r in rows), self._dictionary(used))

@@ -97,4 +97,3 @@ def seal(conn: sa.Connection, written: Written) -> int:
         conn.execute(packs.delete().where(packs.c.id.in_(part)))
     give_back_pages(conn)
     return stored - len(frame)
-
