@@ -12,8 +12,9 @@ import sys
 import time
 
 import pytest
+import sqlalchemy as sa
 from mitmproxy.http import Headers
-from support import make_exchange
+from support import make_exchange, realistic_exchanges
 
 from forge_record.addons.recorder import STARTED
 from forge_record.commands.serve import DEFAULT_LISTEN, parse_listen
@@ -24,9 +25,10 @@ from forge_record.gateway.known import KnownSessions
 from forge_record.gateway.reservations import Reservations
 from forge_record.gateway.service import Gateway
 from forge_record.gateway.upstreams import Upstreams
+from forge_record.store import batch as store_batch
 from forge_record.store import gateway as gateway_rows
 from forge_record.store import open_store
-from forge_record.store.items import AddExchange, StartCall
+from forge_record.store.items import AddExchange, EndSession, StartCall
 from forge_record.store.numbering import CallNumbers
 from forge_record.store.store import StoreUnavailable
 
@@ -273,6 +275,9 @@ class Writer:
     def submit_exchange(self, session_id, exchange, numbered=True, call=None) -> int:
         return self._submit(AddExchange(session_id, exchange, numbered, call))
 
+    def submit_end(self, session_id, ended_at, exit_code, harness_version=None) -> int:
+        return self._submit(EndSession(session_id, ended_at, exit_code, harness_version))
+
     def _submit(self, item) -> int:
         self.items.append(item)
         if not self.held:
@@ -424,6 +429,24 @@ def test_a_call_that_never_ends_is_missing_and_counted_by_finish(numbering, monk
     assert gw.missing_calls(sid) == [2]
     assert gw.finish(sid, "done", 0)["missing_calls"] == 1
     assert gw.describe(sid)["missing_calls"] == [2]
+
+
+def test_finish_tells_the_writer_which_then_seals_the_session_s_pack_group(numbering,
+                                                                        monkeypatch):
+    gw, sid, writer, store = numbering
+    monkeypatch.setattr(store_batch, "GROW_UNDER", 0)  # a pack row a call, as on Postgres
+    for ex in realistic_exchanges(3):
+        flow, sink = a_flow(gw, sid)
+        flow.started()
+        sink(ex)
+    with store.reading("check") as conn:
+        assert conn.scalar(sa.text("SELECT count(*) FROM packs")) > 1
+    ended = gw.finish(sid, "done", 0)
+    assert writer.items[-1] == EndSession(sid, ended["finished_at"], 0)
+    assert gw.finish(sid, "done", 0)["already_finished"] and writer.items[-1].session_id == sid
+    assert len([i for i in writer.items if isinstance(i, EndSession)]) == 1
+    with store.reading("check") as conn:
+        assert conn.scalar(sa.text("SELECT count(*) FROM packs")) == 1
 
 
 def test_finish_waits_for_what_the_writer_still_holds(numbering, monkeypatch):

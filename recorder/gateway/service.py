@@ -227,6 +227,11 @@ class Gateway:
             changed, row = rows.finish(conn, sid, status, exit_code)
             if changed:
                 Writes().apply(conn, [EndSession(sid, row["finished_at"], exit_code)])
+        if changed and self.writer is not None:
+            # The store says it ended; this tells the writer too, which then lets the
+            # session's encoder go and seals its pack group (store.seal), as `run`'s does.
+            # Other replicas' writers let theirs go with their encoders' budget.
+            self.writer.submit_end(sid, row["finished_at"], exit_code)
         self.known.forget(sid)  # refused here at once; elsewhere once a call is numbered
         answer = {"id": sid, "already_finished": not changed, **_finished(row)}
         if changed and missing:
