@@ -200,13 +200,17 @@ def payload(store, session_id: str) -> dict[str, int]:
             "summary columns": summary, "raw requests": one[1], "raw responses": one[2]}
 
 
+# Every table of the store (a database of its own), as regclass.
+TABLES = ("SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+          "WHERE n.nspname = 'public' AND c.relkind = 'r'")
+
+
 def postgres_size(store, every: bool = False) -> int:
     """Sessions, exchanges, blobs and packs, or `every` table of the store, each with its
     indexes, TOAST and map forks."""
     import sqlalchemy as sa
 
-    tables = ("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-              "WHERE n.nspname = 'public' AND c.relkind = 'r'") if every else (
+    tables = TABLES if every else (
         "SELECT t::regclass FROM unnest(ARRAY['sessions', 'exchanges', 'blobs', 'packs']) t")
     with store.reading("measure") as conn:
         return int(conn.scalar(sa.text(
@@ -369,18 +373,15 @@ def _sqlite_one(name: str, sent: list[Exchange], path: Path) -> dict[str, float]
     return {f"{name}_bytes": size, f"{name}_ratio": _raw(sent) / size}
 
 
-def vacuum(store, full: bool = False) -> None:
+def vacuum(store) -> None:
     """What autovacuum does between the sessions of a Postgres store in use (it looks every
     minute): the row versions a session left dead (the pieces of the pack groups it sealed,
     their blob rows' old versions, its session row's updates) become space that the next
-    sessions' rows take. Without it, a store written in one go, as here, keeps them all.
-    `full`: the tables rewritten with no free space left, so that what a session adds next
-    is what it takes."""
+    sessions' rows take. Without it, a store written in one go, as here, keeps them all."""
     import sqlalchemy as sa
 
     with store._engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
-            sa.text("VACUUM FULL" if full else "VACUUM"))
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(sa.text("VACUUM"))
 
 
 def _postgres(name: str, sessions: list[list[Exchange]]) -> dict[str, float]:
@@ -423,10 +424,8 @@ def _serve(calls: int, members: list[list[Exchange]]) -> tuple[list[Exchange], i
     with postgres_database(f"bench_storage_{os.getpid()}") as (url, _), \
             open_store(url) as store:
         with store.transaction("autovacuum off") as conn:
-            for (table,) in conn.execute(sa.text(
-                    "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                    "WHERE n.nspname = 'public' AND c.relkind = 'r'")):
-                conn.execute(sa.text(f'ALTER TABLE "{table}" SET (autovacuum_enabled = off, '
+            for (table,) in conn.execute(sa.text(TABLES)).all():
+                conn.execute(sa.text(f"ALTER TABLE {table} SET (autovacuum_enabled = off, "
                                      "toast.autovacuum_enabled = off)"))
         writes = store._writes
         if hasattr(writes, "sealable"):

@@ -137,23 +137,28 @@ class PackStream:
     blobs were kept (it spares groups younger than its grace)."""
 
     dictionary: tuple[int, bytes] | None = None  # (id, plain bytes)
-    group: int = field(default_factory=lambda: secrets.randbits(62))
     _stream: compression.Stream = field(init=False)
     _packed_at: float = field(default_factory=time.monotonic)
     last: LastPack | None = None  # in this group; kept by store.batch.store_piece
-    written: Written = field(init=False)  # in this group; its rows kept by store_piece
+    written: Written = field(init=False)  # its group; the rows made there kept by store_piece
     idled: list[Written] = field(default_factory=list)  # groups it left after PACK_IDLE
 
     def __post_init__(self) -> None:
-        self._stream = self._new()
-        self.written = Written(self.group, self.dictionary)
+        self._stream, self.written = self._new(), self._group()
 
     def _new(self) -> compression.Stream:
         return compression.Stream(prefix=self.dictionary[1] if self.dictionary else b"")
 
+    def _group(self) -> Written:
+        return Written(secrets.randbits(62), self.dictionary)
+
+    @property
+    def group(self) -> int:
+        return self.written.group
+
     @property
     def fed(self) -> int:
-        return self._stream.fed
+        return self.written.fed
 
     @property
     def held(self) -> int:
@@ -165,8 +170,7 @@ class PackStream:
         now = time.monotonic()
         if now - self._packed_at > PACK_IDLE:
             self.idled.append(self.written)
-            self._stream, self.group, self.last = self._new(), secrets.randbits(62), None
-            self.written = Written(self.group, self.dictionary)
+            self._stream, self.written, self.last = self._new(), self._group(), None
         self._packed_at = now
         piece = self._stream.piece(b"".join(datas))
         self.written.fed = self._stream.fed
@@ -277,9 +281,9 @@ class SessionEncoder:
 
     @property
     def finished(self) -> list[Written]:
-        """The pack groups it is done with once let go: its own stream's, with those the
-        stream left idle (a shared stream goes on)."""
-        return [*self.packs.idled, self.packs.written] if self._own_packs else []
+        """The pack group it is done with once let go: its own stream's (a shared stream
+        goes on; groups left idle were taken as the stream left them, store.batch)."""
+        return [self.packs.written] if self._own_packs else []
 
     @property
     def _seen(self) -> list[Seen]:
