@@ -72,6 +72,7 @@ from forge_record.store.schema import (
 from forge_record.store.segments import (
     SEGMENT_BYTES,
     Encoded,
+    FinishedSegment,
     LastPack,
     PackStream,
     Seen,
@@ -121,10 +122,11 @@ class Writes:
         self._own: dict[str, dict] = {}  # session -> the pack groups figure it wrote last
         self._dictionaries: dict[str, tuple[int, bytes]] = {}  # harness -> (id, plain bytes)
         self._missed: dict[str, float] = {}  # harness -> when it had no dictionary
-        # Pack groups no writer will add to, to seal (store.seal) once the batch that
-        # finished them committed: `sealable`, which the Store seals after its write.
-        self._finished: list[Written] = []
-        self.sealable: list[Written] = []
+        # Pack groups and segments no writer will add to, to seal (store.seal) once the
+        # batch that finished them committed: `sealable`, which the Store seals after its
+        # write.
+        self._finished: list[Written | FinishedSegment] = []
+        self.sealable: list[Written | FinishedSegment] = []
 
     def apply(self, conn: sa.Connection, items: list[Item], *, if_absent: bool = False) -> set:
         """Write `items`; returns the blob names to mark fresh once the caller committed."""
@@ -144,7 +146,7 @@ class Writes:
                 encoder = self._encoders.get(item.session_id)
                 if encoder is not None:
                     self._offer(conn, encoder, encoder.offer_dictionary(ended=True))
-                    self._finished += encoder.finished
+                    self._finish(item.session_id, encoder)
                 self._drop(item.session_id)  # an exchange after its end is rare
         return touched
 
@@ -199,7 +201,7 @@ class Writes:
         enc = self._encoders.get(session_id)
         if enc is None or enc.full:
             if enc is not None:
-                self._finished += enc.finished
+                self._finish(session_id, enc)
             _lock_segments(conn, session_id)
             last = conn.scalar(_LAST_SEGMENT, {"session_id": session_id})
             tail = self._take_tail(session_id) if enc is None else []
@@ -250,12 +252,17 @@ class Writes:
         fails forgets every session it wrote)."""
         encoder = self._encoders.pop(session_id)
         self._held -= self._footprints.pop(session_id, 0)
-        self._finished += encoder.finished
+        self._finish(session_id, encoder)
         if tail := encoder.tail:
             self._tails[session_id] = tail
             self._tails_held += sum(s.footprint for s in tail)
         else:
             self._own.pop(session_id, None)
+
+    def _finish(self, session_id: str, encoder: SessionEncoder) -> None:
+        """No exchange will be added to its segment: to seal once this batch committed."""
+        self._finished += encoder.finished
+        self._finished.append(FinishedSegment(session_id, encoder.segment, encoder.pieces))
 
     def _take_tail(self, session_id: str) -> list[Seen]:
         tail = self._tails.pop(session_id, [])

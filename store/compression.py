@@ -260,13 +260,15 @@ SEAL_LEVEL = 12
 SEAL_TABLE_LOG = 20
 
 
-def seal(plain: bytes, prefix: bytes = b"") -> bytes:
+def seal(plain: bytes, prefix: bytes = b"", trained: int | None = None) -> bytes:
     """`plain` as one frame that decode_pieces([frame], prefix) decodes: what a stream of
-    pieces holding the same bytes from the same prefix becomes once no piece will follow."""
+    pieces holding the same bytes from the same prefix (or TRAINED dictionary) becomes once
+    no piece will follow."""
     params = zstandard.ZstdCompressionParameters.from_level(
         SEAL_LEVEL, window_log=STREAM_WINDOW_LOG, hash_log=SEAL_TABLE_LOG,
-        chain_log=SEAL_TABLE_LOG)
-    extra = {"dict_data": _prefix_dict(prefix)} if prefix else {}
+        chain_log=SEAL_TABLE_LOG, write_dict_id=bool(trained))
+    extra = ({"dict_data": _trained(trained)} if trained else
+             {"dict_data": _prefix_dict(prefix)} if prefix else {})
     return zstandard.ZstdCompressor(compression_params=params, **extra).compress(plain)
 
 

@@ -38,7 +38,7 @@ import orjson
 import sqlalchemy as sa
 
 from forge_record.errors import StoreError
-from forge_record.store import compression, content, dictionaries, kept
+from forge_record.store import compression, content, dictionaries, kept, sealed
 from forge_record.store.batch import exclude_writers, groups_of, new_pack
 from forge_record.store.engine import give_back_pages
 from forge_record.store.reader import BlobReader, chunks
@@ -216,7 +216,7 @@ def _session_manifests(conn: sa.Connection, session_id: str):
         part = rows[start:end]
         if [r[1] for r in part] != list(range(len(part))):
             raise StoreError(f"session {session_id} segment {segment} has missing pieces")
-        for plain in compression.decode_pieces(r[2] for r in part):
+        for plain in sealed.manifest_plains([r[2] for r in part]):
             yield orjson.loads(plain)
         start = end
 

@@ -10,12 +10,16 @@ are read from the source and packed anew in the target (the target's own pack gr
   and seq, blobs by hash);
 - a push that stops midway (a crash, Ctrl-C, a network cut) leaves whole batches behind,
   each a prefix of its segment's stream, and the next push goes on from there;
+- a sealed segment (store.sealed: its first row holds what every row held) is copied whole,
+  in one batch, in place of the rows of it the target has: a prefix copied before the
+  source sealed it, whose stream the sealed rows no longer go on.
 - each batch extends the target session's kept pack groups (store.kept) with the target's
   groups of the blobs its manifests name, so the target's gc need not decode what was pushed.
 """
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import time
 from collections.abc import Callable
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from forge_record.errors import UsageError
-from forge_record.store import compression, content, kept
+from forge_record.store import compression, content, kept, sealed
 from forge_record.store.batch import (
     dialect_insert,
     groups_of,
@@ -73,10 +77,12 @@ def push(source: Store, target: Store, todo: dict[str, list[int]],
         if seqs:
             report.sessions += 1
             report.completed += not added
-        for batch in _batches(source, sid, set(seqs)):
+        wanted = set(seqs)
+        for batch in _batches(source, sid, wanted):
             report.blobs += _copy_batch(source, target, sid, batch)
-            report.exchanges += len(batch)
-            progress(len(batch))
+            new = sum(r.seq in wanted for r in batch)
+            report.exchanges += new
+            progress(new)
     return report
 
 
@@ -104,14 +110,28 @@ def _copy_session_row(source: Store, target: Store, session_id: str) -> bool:
     return added
 
 
+_ROWS = sa.select(exchanges.c.seq, exchanges.c.layout, exchanges.c.segment, exchanges.c.piece,
+                  sa.func.substr(exchanges.c.record, 1, 1).label("mark")).where(
+    exchanges.c.session_id == sa.bindparam("session_id"))
+
+
 def _batches(source: Store, session_id: str, wanted: set[int]):
-    """Rows to copy in stream order: layout-1 rows, then each segment's pieces in order."""
+    """Rows to copy in stream order: layout-1 rows, then each segment's pieces in order; a
+    sealed segment with any row wanted is one batch of all its rows."""
     with source.reading("read exchanges") as conn:
-        query = sa.select(exchanges.c.seq, exchanges.c.layout, exchanges.c.segment,
-                          exchanges.c.piece).where(exchanges.c.session_id == session_id)
-        rows = sorted((r for r in conn.execute(query) if r.seq in wanted),
+        rows = sorted(conn.execute(_ROWS, {"session_id": session_id}),
                       key=lambda r: (r.layout != LAYOUT_RECORD, r.segment or 0, r.piece or 0))
-    yield from chunks(rows, BATCH)
+    whole = {r.segment for r in rows if r.piece == 0 and sealed.is_sealed(bytes(r.mark or b""))}
+    pieces = []  # rows wanted, in order, until a sealed segment's batch
+    for segment, found in itertools.groupby(rows, key=lambda r: r.segment):
+        found = list(found)
+        if segment not in whole:
+            pieces += [r for r in found if r.seq in wanted]
+        elif any(r.seq in wanted for r in found):
+            yield from chunks(pieces, BATCH)
+            pieces = []
+            yield found
+    yield from chunks(pieces, BATCH)
 
 
 def _copy_batch(source: Store, target: Store, session_id: str, batch: list) -> int:
@@ -138,8 +158,12 @@ def _copy_batch(source: Store, target: Store, session_id: str, batch: list) -> i
                 datas = [reader.get(n) for n in missing]
                 piece = compression.Stream().piece(b"".join(datas))
                 insert_pack(out, secrets.randbits(62), piece, missing, datas, spans(datas), now)
+            # A sealed segment's rows the target has (copied before the seal) make way.
+            replaced = out.execute(exchanges.delete().where(
+                exchanges.c.session_id == session_id,
+                exchanges.c.seq.in_([r["seq"] for r in rows]))).rowcount
             out.execute(exchanges.insert(), rows)
             # The target's pack groups of what these manifests name (store.batch.keep_groups)
             groups = set(groups_of(out, sorted(names)).values())
-            keep_groups(out, {session_id: (groups, len(rows))})
+            keep_groups(out, {session_id: (groups, len(rows) - replaced)})
     return len(missing)

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from forge_record.errors import StoreError
 from forge_record.identity import blob_name
 from forge_record.records import Exchange, Tokens, exchange_from_dict
-from forge_record.store import compression, content, delta, dictionaries, tokens
+from forge_record.store import compression, content, delta, dictionaries, sealed, tokens
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
 from forge_record.store.segments import request_hint, response_hint
 
@@ -51,6 +51,7 @@ _MANIFESTS = sa.select(exchanges.c.seq, exchanges.c.piece, exchanges.c.record).w
     exchanges.c.session_id == _SESSION, exchanges.c.segment == sa.bindparam("segment")
 ).order_by(exchanges.c.piece)
 _MANIFESTS_UPTO = _MANIFESTS.where(exchanges.c.piece <= sa.bindparam("upto"))
+_SEGMENT_ROWS = _MANIFESTS.add_columns(exchanges.c.raw_response)
 _RAW_FRAMES = sa.select(exchanges.c.seq, exchanges.c.raw_request, exchanges.c.raw_response).where(
     exchanges.c.session_id == _SESSION, exchanges.c.seq.in_(sa.bindparam("seqs", expanding=True)))
 _ROWS = sa.select(exchanges.c.seq, exchanges.c.layout, exchanges.c.record).where(
@@ -154,7 +155,7 @@ def segment_pieces(
         rows = conn.execute(_MANIFESTS_UPTO, {**where, "upto": upto}).all()
     if [r.piece for r in rows] != list(range(len(rows))):
         raise StoreError(f"session {session_id} segment {segment} has missing pieces")
-    plains = compression.decode_pieces(r.record for r in rows)
+    plains = sealed.manifest_plains([r.record for r in rows])
     return {r.seq: p for r, p in zip(rows, plains, strict=True)}
 
 
@@ -172,10 +173,12 @@ class SessionReader:
         self.blobs = BlobReader(conn, dictionaries)
         self.decoded = content.Decoded(self.blobs.get)  # shared by the exchanges it rebuilds
         self.manifests: dict[int, dict[str, Any]] = {}
-        self._pieces: dict[int, bytes] = {}  # seq -> its manifest's plain bytes
+        self.pieces: dict[int, bytes] = {}  # seq -> its manifest's plain bytes
         self._lists: dict[int, dict[int, list[str]]] = {}  # segment -> seq -> message names
         self._segment_of: dict[int, int] = {}
         self._raw: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()
+        self._responses: OrderedDict[int, bytes] = OrderedDict()
+        self._sealed: dict[int, dict[int, bytes] | None] = {}  # segment -> seq -> raw response
         self._frames_of: dict[int, tuple[bytes, bytes]] = {}  # prefetched raw frames
         self._tokens: OrderedDict[int, Tokens | None] = OrderedDict()
 
@@ -183,7 +186,7 @@ class SessionReader:
         """Decode a segment's manifests (up to piece `upto`); with `preload`, fetch every blob
         they name in one go (what reading a whole session needs)."""
         pieces = segment_pieces(self.conn, self.session_id, segment, upto)
-        self._pieces.update(pieces)
+        self.pieces.update(pieces)
         found = {seq: orjson.loads(p) for seq, p in pieces.items()}
         self.manifests.update(found)
         self._segment_of.update(dict.fromkeys(found, segment))
@@ -266,20 +269,63 @@ class SessionReader:
             return self._raw[seq]
         found = self.manifests[seq]
         parent = found["raw_parent"]
-        parent_bodies = self.raw(parent) if parent is not None else None
-        frames = frames or self._frames_of.pop(seq, None) or self._frames(seq)
-        request_frame, response_frame = frames
+        parent_request = self.raw(parent)[0] if parent is not None else None
+        request_frame, response_frame = (
+            frames or self._frames_of.pop(seq, None) or self._frames(seq))
         bodies = (
-            delta.decode(request_frame, parent_bodies and parent_bodies[0], self._request_hint(
+            delta.decode(request_frame, parent_request, self._request_hint(
                 seq, parent is None, delta.mark(request_frame))),
-            delta.decode_response(response_frame, response_hint(
-                parent_bodies[1] if parent_bodies else b"", self._answer(found)),
-                self._pieces[seq]),
+            self.response(seq, response_frame),
         )
         self._raw[seq] = bodies
         if len(self._raw) > _RAW_CACHE:
             self._raw.popitem(last=False)
         return bodies
+
+    def response(self, seq: int, frame: bytes | None = None) -> bytes:
+        """The raw response of `seq` (its row's frame, if the caller has it), decoding its raw
+        parents' first (cached). In a sealed segment (store.sealed) its first row holds every
+        response and the others none: looked up by the frame, so that a reader that decoded
+        the segment's manifests before the seal and read frames after it reads right."""
+        if seq in self._responses:
+            self._responses.move_to_end(seq)
+            return self._responses[seq]
+        if frame is None:
+            frame = self._frames_of[seq][1] if seq in self._frames_of else self._frames(seq)[1]
+        body = self._sealed_response(seq) if not frame or sealed.is_sealed(frame) else None
+        if body is None:
+            found = self.manifests[seq]
+            parent = found["raw_parent"]
+            body = delta.decode_response(frame, response_hint(
+                self.response(parent) if parent is not None else b"", self._answer(found)),
+                self.pieces[seq])
+        self._responses[seq] = body
+        if len(self._responses) > _RAW_CACHE:
+            self._responses.popitem(last=False)
+        return body
+
+    def _sealed_response(self, seq: int) -> bytes | None:
+        segment = self._segment_of[seq]
+        if segment not in self._sealed:
+            self._sealed[segment] = self._unseal(segment)
+        found = self._sealed[segment]
+        return None if found is None else found[seq]
+
+    def _unseal(self, segment: int) -> dict[int, bytes] | None:
+        """seq -> raw response of a sealed segment; None if it is not sealed."""
+        rows = self.conn.execute(
+            _SEGMENT_ROWS, {"session_id": self.session_id, "segment": segment}).all()
+        if not rows or not sealed.is_sealed(rows[0].raw_response):
+            return None
+        manifests = sealed.unseal_manifests(rows[0].record)
+        found = [orjson.loads(m) for m in manifests]
+        self.blobs.load(f["response"]["content"] for f in found if f["response"])
+        bodies = sealed.unseal_responses(rows[0].raw_response, manifests,
+                                         [self._answer(f) for f in found])
+        if len(bodies) != len(rows):
+            raise StoreError(f"session {self.session_id} segment {segment} has "
+                             f"{len(rows)} rows and {len(bodies)} sealed responses")
+        return {r.seq: body for r, body in zip(rows, bodies, strict=True)}
 
     def _frames(self, seq: int) -> tuple[bytes, bytes]:
         where = {"session_id": self.session_id, "seqs": [seq]}
@@ -296,6 +342,11 @@ class SessionReader:
                      content.parameters_bytes(refs["parameters"], self.blobs.get)]
             return request_hint(parts, [self.blobs.get(n) for n in self.names(seq)], mark)
         return request_hint([], [self.blobs.get(n) for n in refs["append"]], mark)
+
+    def answer(self, seq: int) -> bytes:
+        """The bytes of `seq`'s answer blob (b"" for none): part of what its raw response is
+        compressed against."""
+        return self._answer(self.manifests[seq])
 
     def _answer(self, found: dict[str, Any]) -> bytes:
         response = found["response"]

@@ -127,6 +127,16 @@ class Written:
     made: list[tuple[str, int]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class FinishedSegment:
+    """A segment no writer will add to, for sealing its manifests and raw responses
+    (store.seal): the pieces its writer wrote, all of them committed."""
+
+    session_id: str
+    segment: int
+    pieces: int
+
+
 @dataclass
 class PackStream:
     """A pack group being written: each pack is the next piece of one zstd stream, which

@@ -41,6 +41,7 @@ from forge_record.store.batch import Writes
 from forge_record.store.engine import make_engine, show_url, sqlite_file, writing
 from forge_record.store.items import AddExchange, AddSession, EndSession, Item, describe
 from forge_record.store.schema import exchanges, sessions
+from forge_record.store.segments import Written
 
 log = logging.getLogger("forge_record")
 
@@ -207,16 +208,21 @@ class Store:
             self._seal()
 
     def _seal(self) -> None:
-        """Seal the pack groups writes finished (store.seal), each in a transaction of its
-        own. Best effort: the batch that finished them is committed, and a group left as it
-        was reads back the same, only bigger."""
+        """Seal the pack groups and segments writes finished (store.seal), each in a
+        transaction of its own. Best effort: the batch that finished them is committed, and
+        what is left as it was reads back the same, only bigger."""
         while self._writes.sealable:
-            written = self._writes.sealable.pop(0)
+            item = self._writes.sealable.pop(0)
+            if isinstance(item, Written):
+                what, sealing = f"pack group {item.group}", seal.seal
+            else:
+                what, sealing = (f"session {item.session_id} segment {item.segment}",
+                                 seal.seal_segment)
             try:
-                with self._guard("seal a pack group"), self._writing.begin() as conn:
-                    seal.seal(conn, written)
+                with self._guard(f"seal {what}"), self._writing.begin() as conn:
+                    sealing(conn, item)
             except Exception as e:  # noqa: BLE001 - never the write's failure
-                log.warning("forge-record: pack group %s left unsealed: %s", written.group, e)
+                log.warning("forge-record: %s left unsealed: %s", what, e)
 
     def add_session(self, session: Session, recorder_pid: int | None = None) -> None:
         """Add a session recorded by `recorder_pid` (default: this process)."""

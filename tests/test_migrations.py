@@ -550,3 +550,20 @@ def test_a_downgrade_refuses_a_store_only_its_revision_reads(engine, url, case):
     assert migrate.current(engine) == migrate.head()
     with open_store(url) as store:
         assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_0014_downgrade_refuses_a_store_with_sealed_segments(engine, url):
+    sent = realistic_exchanges(6)
+    store_session(url, sent)
+    migrate.downgrade(engine, "0013")  # nothing sealed yet: the session is still going
+    migrate.upgrade(engine)
+    with open_store(url) as store:  # the writer of the next one seals its segment at its end
+        store.add_session(make_session("t"))
+        for ex in sent:
+            store.add_exchange("t", ex)
+        store.end_session("t", 1_760_000_100.0, 0)
+    with pytest.raises(StoreError, match="1 sessions have sealed segments"):
+        migrate.downgrade(engine, "0013")
+    assert migrate.current(engine) == migrate.head()
+    with open_store(url) as store:
+        assert list(store.iter_exchanges("s", raw=True)) == sent

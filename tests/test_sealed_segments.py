@@ -1,0 +1,243 @@
+"""Sealing finished segments (store.sealed, store.seal.seal_segment): once no exchange will be
+added to a segment (its session ended, it filled, its writer let the session's encoder go),
+its first row holds every manifest and raw response as one frame each and the other rows
+hold none; the segment takes fewer bytes and every exchange reads back byte for byte, alone
+or with the session, across segments, from a reader that raced the seal, after gc and push.
+On SQLite and Postgres."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from support import (
+    chat_exchanges,
+    gemini_exchanges,
+    make_session,
+    realistic_exchanges,
+    responses_exchanges,
+)
+
+from forge_record.errors import StoreError
+from forge_record.store import (
+    batch,
+    compression,
+    gc,
+    open_store,
+    reader,
+    seal,
+    sealed,
+    segments,
+)
+from forge_record.store import push as pushing
+from forge_record.store.delta import varint
+from forge_record.store.items import AddExchange
+from forge_record.store.schema import sessions
+from forge_record.store.segments import FinishedSegment
+
+DAY = 86_400
+STREAMS = sorted((Path(__file__).parent / "data" / "sse").glob("*/*"))
+ROWS = sa.text("SELECT segment, piece, record, raw_response FROM exchanges "
+               "WHERE session_id = :sid ORDER BY segment, piece")
+
+
+def start(store, session_id: str, sent, started_at: float | None = None) -> None:
+    session = make_session(session_id)
+    if started_at is not None:
+        session = dataclasses.replace(session, started_at=started_at)
+    store.add_session(session)
+    for ex in sent:
+        store.add_exchange(session_id, ex)
+
+
+def rows(store, session_id: str) -> list:
+    with store.reading("check") as conn:
+        return [tuple(r[:2]) + (bytes(r[2]), bytes(r[3]))
+                for r in conn.execute(ROWS, {"sid": session_id})]
+
+
+def is_sealed(found: list) -> bool:
+    """Whether the rows are one sealed segment: its first row holds it all."""
+    (_, _, record, response), *rest = found
+    return (sealed.is_sealed(record) and sealed.is_sealed(response)
+            and all(r[2:] == (b"", b"") for r in rest))
+
+
+def manifests(store, session_id: str, segment: int) -> dict[int, bytes]:
+    with store.reading("check") as conn:
+        return reader.segment_pieces(conn, session_id, segment)
+
+
+def stored(found: list) -> int:
+    return sum(len(r[2]) + len(r[3]) for r in found)
+
+
+def test_an_ended_session_s_segment_is_sealed_into_its_first_row(store):
+    sent = realistic_exchanges(40, 1)
+    start(store, "one", sent)
+    before, plain = rows(store, "one"), manifests(store, "one", 0)
+    assert not sealed.is_sealed(before[0][2])
+
+    store.end_session("one", time.time(), 0)
+    after = rows(store, "one")
+    assert is_sealed(after) and len(after) == len(before) == 40
+    assert stored(after) < 0.8 * stored(before)
+    assert manifests(store, "one", 0) == plain  # the same plain bytes, from one frame
+    assert list(store.iter_exchanges("one", raw=True)) == sent
+    for seq in (1, 2, 23, 40):
+        assert store.get_exchange("one", seq, raw=True) == sent[seq - 1]
+
+
+@pytest.mark.parametrize("made", [gemini_exchanges, chat_exchanges, responses_exchanges],
+                         ids=["gemini", "chat", "responses"])
+def test_every_dialect_s_sealed_responses_read_back(store, made):
+    sent = made(30, 2)
+    start(store, "d", sent)
+    store.end_session("d", time.time(), 0)
+    assert is_sealed(rows(store, "d"))
+    assert list(store.iter_exchanges("d", raw=True)) == sent
+    assert store.get_exchange("d", 17, raw=True) == sent[16]
+
+
+def test_each_full_segment_is_sealed_as_the_next_one_starts(store, monkeypatch):
+    monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
+    sent = realistic_exchanges(40, 3)
+    start(store, "long", sent)
+    found = rows(store, "long")
+    by_segment = {s: [r for r in found if r[0] == s] for s in {r[0] for r in found}}
+    last = max(by_segment)
+    assert len(by_segment) > 2
+    assert all(is_sealed(by_segment[s]) for s in by_segment if s != last)
+    assert not sealed.is_sealed(by_segment[last][0][2])  # still being written
+    assert list(store.iter_exchanges("long", raw=True)) == sent
+    assert store.get_exchange("long", 38, raw=True) == sent[37]
+
+
+def test_a_resumed_segment_reads_its_raw_parent_from_a_sealed_one(store, monkeypatch):
+    """With one encoder for two sessions, each batch of one lets the other's encoder go: its
+    segment is sealed, and the session's next segment goes on from its tail."""
+    monkeypatch.setattr(batch, "_ENCODERS", 1)
+    a, b = realistic_exchanges(24, 4), realistic_exchanges(24, 5)
+    for name in ("a", "b"):
+        store.add_session(make_session(name))
+    for at in range(0, 24, 6):
+        store.write([AddExchange("a", ex) for ex in a[at:at + 6]])
+        store.write([AddExchange("b", ex) for ex in b[at:at + 6]])
+    found = rows(store, "a")
+    assert is_sealed([r for r in found if r[0] == 0])
+    with store.reading("check") as conn:
+        first = reader.segment_manifests(conn, "a", 1)[7]
+    assert first["raw_parent"] == 6  # in segment 0, sealed
+    for seq in (7, 8, 13, 24):
+        assert store.get_exchange("a", seq, raw=True) == a[seq - 1]
+    assert list(store.iter_exchanges("a", raw=True)) == a
+    assert list(store.iter_exchanges("b", raw=True)) == b
+
+
+def test_a_segment_not_as_its_writer_left_it_is_left_alone(store):
+    sent = realistic_exchanges(20, 6)
+    start(store, "torn", sent)
+    before = rows(store, "torn")
+    for pieces in (19, 21):  # a piece missing, or one more than the writer wrote
+        with store.transaction("seal") as conn:
+            assert seal.seal_segment(conn, FinishedSegment("torn", 0, pieces)) == 0
+    assert rows(store, "torn") == before
+    with store.transaction("seal") as conn:
+        assert seal.seal_segment(conn, FinishedSegment("torn", 0, 20)) > 0
+        assert seal.seal_segment(conn, FinishedSegment("torn", 0, 20)) == 0  # sealed already
+    assert list(store.iter_exchanges("torn", raw=True)) == sent
+
+
+def test_a_segment_of_one_exchange_is_left_as_it_is(store):
+    sent = realistic_exchanges(1, 7)
+    start(store, "single", sent)
+    before = rows(store, "single")
+    store.end_session("single", time.time(), 0)
+    assert rows(store, "single") == before
+
+
+def test_a_reader_that_decoded_the_manifests_before_the_seal_reads_frames_after_it(
+        store, monkeypatch):
+    """Postgres reads in read committed: a reader may decode the manifests before a seal and
+    fetch the raw frames after it, which are empty then (SQLite reads from one snapshot)."""
+    sent = realistic_exchanges(20, 8)
+    start(store, "race", sent)
+    prefetch, seals = reader.SessionReader.prefetch, []
+
+    def seal_first(self, seq, raw):  # between the manifests and the raw frames
+        if not seals:
+            with store.transaction("seal") as conn:
+                seals.append(seal.seal_segment(conn, FinishedSegment("race", 0, 20)))
+        prefetch(self, seq, raw)
+
+    monkeypatch.setattr(reader.SessionReader, "prefetch", seal_first)
+    assert store.get_exchange("race", 20, raw=True) == sent[19]
+    assert seals[0] > 0 and is_sealed(rows(store, "race"))
+    assert store.get_exchange("race", 9, raw=True) == sent[8]
+
+
+def test_gc_reads_what_sealed_sessions_name(store):
+    old, new = realistic_exchanges(12, 9), realistic_exchanges(12, 10)
+    start(store, "old", old, time.time() - 40 * DAY)
+    store.end_session("old", time.time() - 40 * DAY + 60, 0)
+    start(store, "new", new, time.time())
+    store.end_session("new", time.time(), 0)
+    assert is_sealed(rows(store, "new"))
+    report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)
+    assert report.sessions == 1 and report.blobs > 0
+    assert list(store.iter_exchanges("new", raw=True)) == new
+    assert gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1) == gc.Report()
+
+
+def test_push_copies_a_sealed_segment_whole_over_a_prefix_copied_before(store, tmp_path):
+    """Pushed while recording, then again once the session ended: the target's rows of the
+    segment (pieces of a stream) give way to the sealed ones, in one batch."""
+    sent = realistic_exchanges(30, 11)
+    start(store, "pushed", sent[:12])
+    with open_store(f"sqlite:///{tmp_path / 'team.db'}") as team:
+        report = pushing.push(store, team, pushing.plan(store, team, ["pushed"]))
+        assert report.exchanges == 12 and not is_sealed(rows(team, "pushed"))
+        for ex in sent[12:]:
+            store.add_exchange("pushed", ex)
+        store.end_session("pushed", time.time(), 0)
+        assert is_sealed(rows(store, "pushed"))
+
+        report = pushing.push(store, team, pushing.plan(store, team, ["pushed"]))
+        assert report.exchanges == 18
+        assert rows(team, "pushed") == rows(store, "pushed")
+        assert list(team.iter_exchanges("pushed", raw=True)) == sent
+        with team.reading("check") as conn:  # counted once, not the replaced rows again
+            figure = conn.scalar(sa.select(sessions.c.pack_groups))
+        assert figure["exchanges"] == 30
+        assert pushing.push(store, team, pushing.plan(store, team, ["pushed"])).exchanges == 0
+
+
+# --- the format, without a store --------------------------------------------------------
+
+
+def test_sealed_responses_rebuild_every_recorded_stream_and_odd_ones():
+    bodies = [p.read_bytes() for p in STREAMS]
+    bodies += [b"", b"not an event stream", bytes(range(256)),
+               b'data: {"text":"an unterminated value']
+    manifests = [b'{"seq": %d}' % i for i in range(len(bodies))]
+    answers = [b"" if i % 3 else b'{"content": "the answer"}' for i in range(len(bodies))]
+    frame = sealed.seal_responses(bodies, manifests, answers)
+    assert sealed.is_sealed(frame)
+    assert sealed.unseal_responses(frame, manifests, answers) == bodies
+    with pytest.raises(StoreError, match="do not match its manifests"):
+        sealed.unseal_responses(frame, manifests[:-1], answers[:-1])
+
+
+def test_sealed_manifests_read_as_their_pieces_from_any_piece_on():
+    plains = [b'{"exchange": {"seq": %d}, "n": "%s"}' % (i, b"x" * i) for i in range(50)]
+    record = sealed.seal_manifests(plains)
+    assert sealed.unseal_manifests(record) == plains
+    assert sealed.manifest_plains([record] + [b""] * 9) == plains[:10]
+    # lengths that promise more bytes than the frame holds
+    short = varint(2) + varint(5) + varint(50) + b"short"
+    with pytest.raises(StoreError, match="do not add up"):
+        sealed.unseal_manifests(
+            sealed.MARK + compression.seal(short, trained=compression.MANIFESTS))
