@@ -774,13 +774,11 @@ def _row(session_id: str, ex: Exchange, enc: Encoded) -> dict[str, Any]:
     response = ex.response or Response()
     return {
         "session_id": session_id,
-        **{k: getattr(ex, k) for k in ("seq", "dialect", "kind", "status")},
-        **{k: getattr(ex, k) for k in ("http_status", "started_at", "first_byte_at", "ended_at")},
+        **{k: getattr(ex, k) for k in ("seq", "dialect", "kind", "started_at")},
         # What the agent asked for names the call even when no response came back.
         "model": (ex.request.model if ex.request else None) or response.model,
         **{c: getattr(response.usage, c) for c in TOKEN_COLUMNS},
         "tool_calls": sum(isinstance(b, ToolCall) for b in response.content),
-        "flags": list(ex.flags),
         "record": enc.record,
         "raw_request": enc.raw_request,
         "raw_response": enc.raw_response,

@@ -36,7 +36,7 @@ from forge_record.store.engine import show_url, writing
 
 # The newest revision in migrations/versions: what this code expects a store to be at.
 # tests/test_migrations.py checks that it is alembic's one head.
-HEAD = "0014"
+HEAD = "0015"
 SCRIPT_LOCATION = "forge_record.store:migrations"
 VERSION_TABLE = "forge_record_alembic_version"
 # The version table holds one row: without alembic's primary key on it, a new SQLite store has

@@ -7,6 +7,7 @@ exchange). Each test runs on SQLite and on a fresh Postgres database.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import multiprocessing
 import sqlite3
@@ -46,9 +47,8 @@ EXPECTED_COLUMNS = {
         "lineage", "pack_groups",
     ],
     "exchanges": [
-        "id", "session_id", "seq", "dialect", "kind", "model", "status", "http_status",
-        "started_at", "first_byte_at", "ended_at", "input_tokens", "output_tokens",
-        "cache_read_tokens", "cache_write_tokens", "tool_calls", "flags",
+        "id", "session_id", "seq", "dialect", "kind", "model", "started_at", "input_tokens",
+        "output_tokens", "cache_read_tokens", "cache_write_tokens", "tool_calls",
         "record", "raw_request", "raw_response", "layout", "segment", "piece",
         "raw_request_size", "raw_response_size",
     ],
@@ -65,7 +65,9 @@ EXPECTED_COLUMNS = {
 COLUMNS_0001 = {
     "sessions": EXPECTED_COLUMNS["sessions"][:-4],
     "exchanges": ["id", "session_id", "seq", "dialect", "kind", "model", "method", "url",
-                  *EXPECTED_COLUMNS["exchanges"][6:-5]],
+                  "status", "http_status", "started_at", "first_byte_at", "ended_at",
+                  "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                  "tool_calls", "flags", "record", "raw_request", "raw_response"],
     migrate.VERSION_TABLE: ["version_num"],
 }
 EXPECTED_INDEXES = {"ix_sessions__started_at", "ix_packs__group_id",
@@ -567,3 +569,28 @@ def test_0014_downgrade_refuses_a_store_with_sealed_segments(engine, url):
     assert migrate.current(engine) == migrate.head()
     with open_store(url) as store:
         assert list(store.iter_exchanges("s", raw=True)) == sent
+
+
+def test_0015_downgrade_fills_the_dropped_columns_back_from_the_records(engine, url):
+    sent = realistic_exchanges(6)
+    sent[2] = dataclasses.replace(sent[2], status="error", http_status=529, first_byte_at=None,
+                                  flags=["upstream_error"])
+    with open_store(url) as store:  # one session sealed, one still going
+        for name in ("ended", "going"):
+            store.add_session(make_session(name))
+            for ex in sent:
+                store.add_exchange(name, ex)
+        store.end_session("ended", 1_760_000_100.0, 0)
+    migrate.downgrade(engine, "0014")
+    query = sa.text("SELECT status, http_status, first_byte_at, ended_at, flags FROM exchanges "
+                    "WHERE session_id = :s ORDER BY seq")
+    with engine.connect() as conn:
+        for name in ("ended", "going"):
+            found = [(r[0], r[1], r[2], r[3], r[4] if isinstance(r[4], list) else
+                      json.loads(r[4])) for r in conn.execute(query, {"s": name})]
+            assert found == [(ex.status, ex.http_status, ex.first_byte_at, ex.ended_at,
+                              list(ex.flags)) for ex in sent]
+    migrate.upgrade(engine)
+    with open_store(url) as store:
+        for name in ("ended", "going"):
+            assert list(store.iter_exchanges(name, raw=True)) == sent
