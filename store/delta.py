@@ -70,15 +70,21 @@ def encode_response(body: bytes, hint: bytes, record: bytes = b"") -> bytes:
     if cut is None:
         return encode(body, None, hint, RESPONSE_LEVEL)
     mode, skeleton, lengths, strand = cut
-    plain = b"".join(map(varint, lengths)) + skeleton + strand
+    plain = varints(lengths) + skeleton + strand
     return (b"T" + bytes([mode]) + varint(len(lengths)) + varint(len(skeleton))
             + compression.compress_with(plain, record + hint, RESPONSE_LEVEL))
 
 
 def decode_response(frame: bytes, hint: bytes, record: bytes = b"") -> bytes:
+    return strands.join(*response_cut(frame, hint, record))
+
+
+def response_cut(frame: bytes, hint: bytes, record: bytes = b"") -> strands.Cut:
+    """What decode_response() joins: the frame's (mode, skeleton, lengths, strand), or
+    (strands.WHOLE, body, [], b"") for a frame of the whole body."""
     if frame[:1] == b"T":
-        return _decode_strands(frame[1:], record + hint)
-    return decode(frame, None, hint)
+        return _strands(frame[1:], record + hint)
+    return strands.WHOLE, decode(frame, None, hint), [], b""
 
 
 def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
@@ -97,17 +103,14 @@ def decode(frame: bytes, parent: bytes | None, hint: bytes) -> bytes:
     return parent[:p] + middle + parent[len(parent) - s :]
 
 
-def _decode_strands(rest: bytes, hint: bytes) -> bytes:
+def _strands(rest: bytes, hint: bytes) -> strands.Cut:
     mode = rest[0]
     count, at = read_varint(rest, 1)
     skeleton_length, at = read_varint(rest, at)
     plain = compression.decompress_with(rest[at:], hint)
-    lengths, at = [], 0
-    for _ in range(count):
-        n, at = read_varint(plain, at)
-        lengths.append(n)
+    lengths, at = read_varints(plain, 0, count)
     skeleton = plain[at:at + skeleton_length]
-    return strands.join(mode, skeleton, lengths, plain[at + skeleton_length:])
+    return mode, skeleton, lengths, plain[at + skeleton_length:]
 
 
 def varint(n: int) -> bytes:
@@ -117,6 +120,25 @@ def varint(n: int) -> bytes:
         out.append(byte | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+def varints(ns: list[int]) -> bytes:
+    """varint(n) for each n, one after another. Nearly every length a response is cut into
+    (an event's text, a token or a few) is one byte: then it is the bytes themselves."""
+    if max(ns, default=0) < 0x80:
+        return bytes(ns)
+    return b"".join(map(varint, ns))
+
+
+def read_varints(data: bytes, at: int, count: int) -> tuple[list[int], int]:
+    """`count` varints from `at`, and where they end: the inverse of varints()."""
+    if max(data[at:at + count], default=0) < 0x80:
+        return list(data[at:at + count]), at + count
+    out = []
+    for _ in range(count):
+        n, at = read_varint(data, at)
+        out.append(n)
+    return out, at
 
 
 def read_varint(data: bytes, at: int) -> tuple[int, int]:

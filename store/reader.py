@@ -23,7 +23,15 @@ import sqlalchemy as sa
 from forge_record.errors import StoreError
 from forge_record.identity import blob_name
 from forge_record.records import Exchange, Tokens, exchange_from_dict
-from forge_record.store import compression, content, delta, dictionaries, sealed, tokens
+from forge_record.store import (
+    compression,
+    content,
+    delta,
+    dictionaries,
+    sealed,
+    strands,
+    tokens,
+)
 from forge_record.store.schema import LAYOUT_RECORD, blobs, exchanges, packs
 from forge_record.store.segments import request_hint, response_hint
 
@@ -284,25 +292,34 @@ class SessionReader:
 
     def response(self, seq: int, frame: bytes | None = None) -> bytes:
         """The raw response of `seq` (its row's frame, if the caller has it), decoding its raw
-        parents' first (cached). In a sealed segment (store.sealed) its first row holds every
-        response and the others none: looked up by the frame, so that a reader that decoded
-        the segment's manifests before the seal and read frames after it reads right."""
+        parents' first (cached)."""
         if seq in self._responses:
             self._responses.move_to_end(seq)
             return self._responses[seq]
+        self.response_cut(seq, frame)
+        return self._responses[seq]
+
+    def response_cut(self, seq: int, frame: bytes | None = None) -> strands.Cut:
+        """What response() joins (delta.response_cut), keeping the body for its children's
+        frames. In a sealed segment (store.sealed) the first row holds every response and
+        the others none: looked up by the frame, so that a reader that decoded the segment's
+        manifests before the seal and read frames after it reads right."""
         if frame is None:
             frame = self._frames_of[seq][1] if seq in self._frames_of else self._frames(seq)[1]
         body = self._sealed_response(seq) if not frame or sealed.is_sealed(frame) else None
-        if body is None:
+        if body is not None:
+            cut = strands.WHOLE, body, [], b""
+        else:
             found = self.manifests[seq]
             parent = found["raw_parent"]
-            body = delta.decode_response(frame, response_hint(
+            cut = delta.response_cut(frame, response_hint(
                 self.response(parent) if parent is not None else b"", self._answer(found)),
                 self.pieces[seq])
+            body = strands.join(*cut)
         self._responses[seq] = body
         if len(self._responses) > _RAW_CACHE:
             self._responses.popitem(last=False)
-        return body
+        return cut
 
     def _sealed_response(self, seq: int) -> bytes | None:
         segment = self._segment_of[seq]
@@ -319,7 +336,7 @@ class SessionReader:
             return None
         manifests = sealed.unseal_manifests(rows[0].record)
         found = [orjson.loads(m) for m in manifests]
-        self.blobs.load(f["response"]["content"] for f in found if f["response"])
+        self.blobs.load(f["response"]["content"] for f in found if f["response"])  # answers
         bodies = sealed.unseal_responses(rows[0].raw_response, manifests,
                                          [self._answer(f) for f in found])
         if len(bodies) != len(rows):
@@ -347,6 +364,10 @@ class SessionReader:
         """The bytes of `seq`'s answer blob (b"" for none): part of what its raw response is
         compressed against."""
         return self._answer(self.manifests[seq])
+
+    def answer_name(self, seq: int) -> str | None:
+        response = self.manifests[seq]["response"]
+        return response["content"] if response else None
 
     def _answer(self, found: dict[str, Any]) -> bytes:
         response = found["response"]

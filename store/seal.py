@@ -115,17 +115,19 @@ def seal_segment(conn: sa.Connection, finished: FinishedSegment) -> int:
             or [r.piece for r in rows] != list(range(len(rows)))):
         return 0
     reader = SessionReader(conn, finished.session_id)
-    reader.add_segment(finished.segment)
+    reader.add_segment(finished.segment, preload=False)
     reader.add_parents(rows[0].seq)  # a resumed segment's first raw parent is in another
+    reader.blobs.load(n for r in rows if (n := reader.answer_name(r.seq)))
     manifests = [reader.pieces[r.seq] for r in rows]
     answers = [reader.answer(r.seq) for r in rows]
-    bodies = [reader.response(r.seq, r.raw_response) for r in rows]
+    # As the frames cut them: cutting the bodies again would cost a regex over each.
+    cuts = [reader.response_cut(r.seq, r.raw_response) for r in rows]
     record = sealed.seal_manifests(manifests)
-    response = sealed.seal_responses(bodies, manifests, answers)
+    response = sealed.seal_responses(cuts, manifests, answers)
     stored = sum(len(r.record) + len(r.raw_response) for r in rows)
     if (len(record) + len(response) >= stored
             or sealed.unseal_manifests(record) != manifests
-            or sealed.unseal_responses(response, manifests, answers) != bodies):
+            or sealed.unseal_cuts(response, manifests, answers) != cuts):
         return 0
     # Written again rather than updated: on SQLite rows that shrink in place leave their
     # pages two-thirds empty (the generated session's file grew by 8 KB so), rows written

@@ -13,14 +13,14 @@ empty `record` and `raw_response` columns:
                             varint(strand)) * n  lengths... skeletons... strands...,
                        prefix = (manifest answer) * n)
 
-The manifests are the plain bytes the pieces decoded to. A response is cut as store.strands
-cuts it, each part of every response next to the same part of the others (the skeletons'
-framing repeats from one response to the next, the lengths and the strands are alike), and
-compressed against every manifest (ids and usage the framing repeats) and every answer blob
-(the text the strands hold); one its cut would not rebuild is kept whole (mode WHOLE, as its
-skeleton). The manifests and answers are what a reader has: piece 0's record, and the blobs
-those manifests name. On a real 150-call Claude Code session: manifests 37.0 to 29.9 KB,
-raw responses 25.9 to 13.3 KB. Raw requests stay in their rows: a delta needs its parent's
+The manifests are the plain bytes the pieces decoded to. A response is cut as its frame cut
+it (store.strands; one kept whole is mode strands.WHOLE, the body as its skeleton), each part
+of every response next to the same part of the others (the skeletons' framing repeats from
+one response to the next, the lengths and the strands are alike), and compressed against
+every manifest (ids and usage the framing repeats) and every answer blob (the text the
+strands hold). The manifests and answers are what a reader has: piece 0's record, and the
+blobs those manifests name. On a real 150-call Claude Code session: manifests 37.0 to 30.1
+KB, raw responses 25.9 to 13.3 KB. Raw requests stay in their rows: a delta needs its parent's
 body anyway, and a keyframe already is one frame.
 
 b"S" begins no piece of a stream (a zstd frame begins with its magic number) and no raw
@@ -33,10 +33,9 @@ from collections.abc import Iterable
 
 from forge_record.errors import StoreError
 from forge_record.store import compression, strands
-from forge_record.store.delta import read_varint, varint
+from forge_record.store.delta import read_varint, read_varints, varint, varints
 
 MARK = b"S"
-WHOLE = 255  # a response kept whole (strands could not cut it)
 
 
 def is_sealed(column: bytes) -> bool:
@@ -64,24 +63,30 @@ def unseal_manifests(record: bytes) -> list[bytes]:
     return _cut(plain, at, lengths)
 
 
-def seal_responses(bodies: list[bytes], manifests: list[bytes], answers: list[bytes]) -> bytes:
-    """The segment's raw responses as one frame; `manifests` and `answers` (b"" for an
-    exchange without one) are each exchange's, in piece order."""
+def seal_responses(cuts: list[strands.Cut], manifests: list[bytes], answers: list[bytes]
+                   ) -> bytes:
+    """The segment's raw responses, as their frames cut them (delta.response_cut), as one
+    frame; `manifests` and `answers` (b"" for an exchange without one) are each exchange's,
+    in piece order."""
     heads, sections = [], ([], [], [])
-    for body in bodies:
-        cut = strands.split(body)
-        mode, skeleton, lengths, strand = cut if cut else (WHOLE, body, [], b"")
-        values = b"".join(map(varint, lengths))
+    for mode, skeleton, lengths, strand in cuts:
+        values = varints(lengths)
         heads.append(bytes([mode]) + varint(len(lengths)) + varint(len(values))
                      + varint(len(skeleton)) + varint(len(strand)))
         for section, part in zip(sections, (values, skeleton, strand), strict=True):
             section.append(part)
-    plain = varint(len(bodies)) + b"".join(heads) + b"".join(b"".join(s) for s in sections)
+    plain = varint(len(cuts)) + b"".join(heads) + b"".join(b"".join(s) for s in sections)
     return MARK + compression.seal(plain, _prefix(manifests, answers))
 
 
 def unseal_responses(frame: bytes, manifests: list[bytes], answers: list[bytes]) -> list[bytes]:
-    """The bodies seal_responses() was given."""
+    """The bodies of the cuts seal_responses() was given."""
+    return [strands.join(*cut) for cut in unseal_cuts(frame, manifests, answers)]
+
+
+def unseal_cuts(frame: bytes, manifests: list[bytes], answers: list[bytes]
+                ) -> list[strands.Cut]:
+    """The cuts seal_responses() was given."""
     [plain] = compression.decode_pieces([frame[1:]], _prefix(manifests, answers))
     n, at = read_varint(plain, 0)
     heads = []
@@ -99,14 +104,9 @@ def unseal_responses(frame: bytes, manifests: list[bytes], answers: list[bytes])
         sections.append(parts)
     if at != len(plain) or len(manifests) != n:
         raise StoreError("a sealed segment's raw responses do not match its manifests")
-    bodies = []
-    for (mode, count, _, _, _), values, skeleton, strand in zip(heads, *sections, strict=True):
-        if mode == WHOLE:
-            bodies.append(skeleton)
-            continue
-        lengths, _ = _read_lengths(values, 0, count)
-        bodies.append(strands.join(mode, skeleton, lengths, strand))
-    return bodies
+    return [(mode, skeleton, read_varints(values, 0, count)[0], strand)
+            for (mode, count, _, _, _), values, skeleton, strand in zip(heads, *sections,
+                                                                        strict=True)]
 
 
 def _prefix(manifests: Iterable[bytes], answers: Iterable[bytes]) -> bytes:
@@ -114,17 +114,12 @@ def _prefix(manifests: Iterable[bytes], answers: Iterable[bytes]) -> bytes:
 
 
 def _lengths(parts: list[bytes]) -> bytes:
-    return varint(len(parts)) + b"".join(varint(len(p)) for p in parts)
+    return varint(len(parts)) + varints([len(p) for p in parts])
 
 
-def _read_lengths(data: bytes, at: int, count: int | None = None) -> tuple[list[int], int]:
-    if count is None:
-        count, at = read_varint(data, at)
-    out = []
-    for _ in range(count):
-        n, at = read_varint(data, at)
-        out.append(n)
-    return out, at
+def _read_lengths(data: bytes, at: int) -> tuple[list[int], int]:
+    count, at = read_varint(data, at)
+    return read_varints(data, at, count)
 
 
 def _cut(data: bytes, at: int, lengths: list[int]) -> list[bytes]:

@@ -34,9 +34,11 @@ _KEYS = (b"text", b"thinking", b"partial_json", b"signature", b"content", b"argu
 _VALUE = re.compile(rb'("(?:' + b"|".join(_KEYS) + rb')"\s*:\s*")([^"\\]*(?:\\.[^"\\]*)*)(")', re.S)
 
 ESCAPED, PLAIN = 0, 1  # how the strand holds the values
+WHOLE = 2  # not cut: the skeleton is the whole body (a body split() returns None for)
+Cut = tuple[int, bytes, list[int], bytes]  # (mode, skeleton, lengths, strand)
 
 
-def split(body: bytes) -> tuple[int, bytes, list[int], bytes] | None:
+def split(body: bytes) -> Cut | None:
     """(mode, skeleton, lengths, strand) that join() turns back into `body`, or None when
     there is nothing to cut or the cut would not rebuild it."""
     parts = _VALUE.split(body)  # text, (key, value, quote, text) per value
@@ -58,6 +60,8 @@ def split(body: bytes) -> tuple[int, bytes, list[int], bytes] | None:
 
 def join(mode: int, skeleton: bytes, lengths: list[int], strand: bytes) -> bytes:
     """The body split() cut: each value put back where the skeleton has an empty one."""
+    if mode == WHOLE:
+        return skeleton
     parts = _VALUE.split(skeleton)
     if len(parts) != 4 * len(lengths) + 1:
         raise ValueError("skeleton and lengths disagree")

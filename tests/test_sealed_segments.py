@@ -31,6 +31,7 @@ from forge_record.store import (
     seal,
     sealed,
     segments,
+    strands,
 )
 from forge_record.store import push as pushing
 from forge_record.store.delta import varint
@@ -221,14 +222,20 @@ def test_push_copies_a_sealed_segment_whole_over_a_prefix_copied_before(store, t
 def test_sealed_responses_rebuild_every_recorded_stream_and_odd_ones():
     bodies = [p.read_bytes() for p in STREAMS]
     bodies += [b"", b"not an event stream", bytes(range(256)),
-               b'data: {"text":"an unterminated value']
+               b'data: {"text":"an unterminated value',
+               b'data: {"delta":{"text":"a\\/b \\u00e9 \\u2028"}}\n\n']  # kept escaped
     manifests = [b'{"seq": %d}' % i for i in range(len(bodies))]
     answers = [b"" if i % 3 else b'{"content": "the answer"}' for i in range(len(bodies))]
-    frame = sealed.seal_responses(bodies, manifests, answers)
+    cuts = [strands.split(body) or (strands.WHOLE, body, [], b"") for body in bodies]
+    assert {cut[0] for cut in cuts} == {strands.PLAIN, strands.ESCAPED, strands.WHOLE}
+    cuts.append((strands.PLAIN, b'{"text":""}', [300], b"x" * 300))  # a length of 2 bytes
+    bodies.append(b'{"text":"' + b"x" * 300 + b'"}')
+    frame = sealed.seal_responses(cuts, manifests + [b"{}"], answers + [b""])
     assert sealed.is_sealed(frame)
-    assert sealed.unseal_responses(frame, manifests, answers) == bodies
+    assert sealed.unseal_cuts(frame, manifests + [b"{}"], answers + [b""]) == cuts
+    assert sealed.unseal_responses(frame, manifests + [b"{}"], answers + [b""]) == bodies
     with pytest.raises(StoreError, match="do not match its manifests"):
-        sealed.unseal_responses(frame, manifests[:-1], answers[:-1])
+        sealed.unseal_responses(frame, manifests, answers)
 
 
 def test_sealed_manifests_read_as_their_pieces_from_any_piece_on():
