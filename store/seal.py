@@ -66,6 +66,13 @@ _SEGMENT = sa.select(exchanges).where(
 _DELETE_SEGMENT = exchanges.delete().where(
     exchanges.c.session_id == sa.bindparam("session_id"),
     exchanges.c.segment == sa.bindparam("segment"))
+# (Bound as `sid` and `number`: an UPDATE reserves its columns' names for their new values.)
+_IN_SEGMENT = (exchanges.c.session_id == sa.bindparam("sid"),
+               exchanges.c.segment == sa.bindparam("number"))
+_EMPTY_REST = exchanges.update().where(*_IN_SEGMENT, exchanges.c.piece > 0).values(
+    record=b"", raw_response=b"")
+_FIRST = exchanges.update().where(*_IN_SEGMENT, exchanges.c.piece == 0).values(
+    record=sa.bindparam("sealed_record"), raw_response=sa.bindparam("sealed_response"))
 
 
 def seal(conn: sa.Connection, written: Written) -> int:
@@ -129,16 +136,29 @@ def seal_segment(conn: sa.Connection, finished: FinishedSegment) -> int:
             or sealed.unseal_manifests(record) != manifests
             or sealed.unseal_cuts(response, manifests, answers) != cuts):
         return 0
-    # Written again rather than updated: on SQLite rows that shrink in place leave their
-    # pages two-thirds empty (the generated session's file grew by 8 KB so), rows written
-    # anew fill the pages the old ones freed. Their ids stay (nothing refers to them).
-    if conn.execute(_DELETE_SEGMENT, where).rowcount != len(rows):
+    at = {"sid": finished.session_id, "number": finished.segment}
+    if conn.dialect.name == "sqlite":
+        changed = _rewrite(conn, where, rows, record, response)
+    else:
+        changed = (conn.execute(_EMPTY_REST, at).rowcount + conn.execute(_FIRST, {
+            **at, "sealed_record": record, "sealed_response": response}).rowcount)
+    if changed != len(rows):
         raise StoreError(f"session {finished.session_id} segment {finished.segment} changed "
                          "while it was sealed")
+    give_back_pages(conn)
+    return stored - len(record) - len(response)
+
+
+def _rewrite(conn: sa.Connection, where: dict, rows: list, record: bytes, response: bytes) -> int:
+    """SQLite: the segment's rows written again, with the same ids, sealed. Rows that shrink
+    in place leave their pages a third full (the generated session's file grew by 8 KB so);
+    written anew they fill the pages the old ones freed. (On Postgres, where a row is written
+    anew either way, two updates took the real team 292.8 KB a session against 296.0: a
+    delete and insert adds every index entry again.) Returns the rows deleted."""
+    deleted = conn.execute(_DELETE_SEGMENT, where).rowcount
     first, rest = dict(rows[0]._mapping), [dict(r._mapping) for r in rows[1:]]
     first.update(record=record, raw_response=response)
     for row in rest:
         row.update(record=b"", raw_response=b"")
     conn.execute(exchanges.insert(), [first, *rest])
-    give_back_pages(conn)
-    return stored - len(record) - len(response)
+    return deleted
