@@ -44,7 +44,7 @@ from common import postgres_database  # noqa: E402
 
 from forge_record.records import Session  # noqa: E402
 from forge_record.store import open_store  # noqa: E402
-from forge_record.store.items import AddExchange, AddSession  # noqa: E402
+from forge_record.store.items import AddExchange, AddSession, EndSession  # noqa: E402
 from forge_record.store.schema import blobs, exchanges, packs, sessions  # noqa: E402
 
 PER_SESSION = 100  # 99 model calls and a side call
@@ -61,8 +61,10 @@ def build_templates(url: str, count: int) -> None:
         for t in range(count):
             sid = f"{t:08x}"
             row = Session(id=sid, harness="bench", started_at=BASE)
+            # Ended, as the sessions of a store at scale are: their writer seals them.
             store.write([AddSession(row), *[AddExchange(sid, ex)
-                                           for ex in small_session(PER_SESSION - 1, t)]])
+                                           for ex in small_session(PER_SESSION - 1, t)],
+                         EndSession(sid, BASE + 60, 0)])
 
 
 class Templates:
