@@ -336,7 +336,7 @@ class SessionReader:
             return None
         manifests = sealed.unseal_manifests(rows[0].record)
         found = [orjson.loads(m) for m in manifests]
-        self.blobs.load(f["response"]["content"] for f in found if f["response"])  # answers
+        self.blobs.load(name for f in found if (name := _answer_name(f)))
         bodies = sealed.unseal_responses(rows[0].raw_response, manifests,
                                          [self._answer(f) for f in found])
         if len(bodies) != len(rows):
@@ -366,12 +366,17 @@ class SessionReader:
         return self._answer(self.manifests[seq])
 
     def answer_name(self, seq: int) -> str | None:
-        response = self.manifests[seq]["response"]
-        return response["content"] if response else None
+        return _answer_name(self.manifests[seq])
 
     def _answer(self, found: dict[str, Any]) -> bytes:
-        response = found["response"]
-        return self.blobs.get(response["content"]) if response else b""
+        name = _answer_name(found)
+        return self.blobs.get(name) if name else b""
+
+
+def _answer_name(found: dict[str, Any]) -> str | None:
+    """The blob a manifest names for its response's content (None: no response)."""
+    response = found["response"]
+    return response["content"] if response else None
 
 
 def read_session(conn: sa.Connection, session_id: str, raw: bool,
