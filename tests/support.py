@@ -429,6 +429,16 @@ def write_session(store: Store, session_id: str, exchanges, started_at: float = 
     store.end_session(session_id, started_at + 60, 0)
 
 
+def start_session(store: Store, session_id: str, exchanges, started_at: float | None = None
+                  ) -> None:
+    """A session started by this process and written, not ended: its writer still holds its
+    encoder (what is sealed at the end is not yet)."""
+    extra = {} if started_at is None else {"started_at": started_at}
+    store.add_session(make_session(session_id, **extra))
+    for ex in exchanges:
+        store.add_exchange(session_id, ex)
+
+
 def reads_back(store: Store, session_id: str, sent: list[Exchange]) -> None:
     """The session's exchanges read back equal to `sent`, in order and one by one."""
     assert list(store.iter_exchanges(session_id, raw=True)) == sent

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from support import make_session, realistic_exchanges
+from support import realistic_exchanges, start_session
 
 from forge_record.errors import StoreError
 from forge_record.store import (
@@ -29,15 +29,6 @@ from forge_record.store.schema import blobs
 DAY = 86_400
 
 
-def start(store, session_id: str, sent, started_at: float | None = None) -> None:
-    session = make_session(session_id)
-    if started_at is not None:
-        session = dataclasses.replace(session, started_at=started_at)
-    store.add_session(session)
-    for ex in sent:
-        store.add_exchange(session_id, ex)
-
-
 def groups(store) -> dict[int, tuple[int, int, bytes]]:
     """Each pack group: (packs, stored bytes, plain bytes)."""
     out: dict[int, list] = {}
@@ -53,7 +44,7 @@ def groups(store) -> dict[int, tuple[int, int, bytes]]:
 
 def test_an_ended_session_s_group_is_one_smaller_pack_of_the_same_bytes(store):
     sent = realistic_exchanges(40, 1)
-    start(store, "one", sent)
+    start_session(store, "one", sent)
     (group, (packs, stored, plain)), = groups(store).items()
     assert packs > 1  # written a piece a call (SQLite: in rows of up to 4 KB)
 
@@ -67,7 +58,7 @@ def test_an_ended_session_s_group_is_one_smaller_pack_of_the_same_bytes(store):
 def test_a_full_segment_s_group_is_sealed_as_the_next_one_starts(store, monkeypatch):
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
     sent = realistic_exchanges(40, 2)
-    start(store, "long", sent)
+    start_session(store, "long", sent)
     found = groups(store)
     assert len(found) > 2
     assert sorted(packs for packs, _, _ in found.values())[:-1] == [1] * (len(found) - 1)
@@ -78,7 +69,7 @@ def test_a_full_segment_s_group_is_sealed_as_the_next_one_starts(store, monkeypa
 
 def test_a_group_left_idle_is_sealed_once_the_next_batch_commits(store, monkeypatch):
     sent = realistic_exchanges(24, 3)
-    start(store, "idle", sent[:12])
+    start_session(store, "idle", sent[:12])
     monkeypatch.setattr(segments, "PACK_IDLE", -1.0)  # the next pack starts a new group
     start_group = set(groups(store))
     store.add_exchange("idle", sent[12])
@@ -94,7 +85,7 @@ def test_a_group_left_idle_is_sealed_once_the_next_batch_commits(store, monkeypa
 
 
 def test_a_group_whose_packs_do_not_add_up_to_what_was_fed_is_left_alone(store):
-    start(store, "torn", realistic_exchanges(20, 4))
+    start_session(store, "torn", realistic_exchanges(20, 4))
     written = store._writes._encoders["torn"].packs.written
     before = groups(store)
     for fed in (written.fed + 1, written.fed - 1):
@@ -107,7 +98,7 @@ def test_a_group_whose_packs_do_not_add_up_to_what_was_fed_is_left_alone(store):
 
 
 def test_a_group_whose_blob_rows_moved_since_is_left_alone(store):
-    start(store, "moved", realistic_exchanges(20, 4))
+    start_session(store, "moved", realistic_exchanges(20, 4))
     written = store._writes._encoders["moved"].packs.written
     before = groups(store)
     with store.transaction("gc took one") as conn:
@@ -122,13 +113,13 @@ def test_a_dictionary_s_group_sealed_keeps_its_bytes_and_later_sessions_read(sto
                                                                             monkeypatch):
     monkeypatch.setattr(dictionaries, "MAKE_AFTER", 16 << 10)  # short sessions make one
     first, second = (realistic_exchanges(30, seed, harness=7) for seed in (5, 6))
-    start(store, "first", first, time.time() - 40 * DAY)
+    start_session(store, "first", first, time.time() - 40 * DAY)
     (plain,) = [p for _, _, p in groups(store).values()]
     store.end_session("first", time.time() - 40 * DAY + 60, 0)
     with store.reading("check") as conn:
         (used, size), = conn.execute(sa.text("SELECT id, size FROM dictionaries")).all()
         assert dictionaries.plain(conn, used) == plain[:size]
-    start(store, "second", second, time.time())
+    start_session(store, "second", second, time.time())
     store.end_session("second", time.time(), 0)
     found = groups(store)
     assert [packs for packs, _, _ in found.values()] == [1, 1]
@@ -140,7 +131,7 @@ def test_a_dictionary_s_group_sealed_keeps_its_bytes_and_later_sessions_read(sto
 
 def test_a_reader_that_raced_a_seal_looks_its_blobs_up_again(store, monkeypatch, backend):
     sent = realistic_exchanges(20, 7)
-    start(store, "race", sent)
+    start_session(store, "race", sent)
     written = store._writes._encoders["race"].packs.written
     decode, looks = reader.BlobReader._decode_packs, []
 
@@ -169,7 +160,7 @@ def file_gives_back_pages(store) -> None:
         return [conn.exec_driver_sql(f"PRAGMA {p}").scalar()
                 for p in ("page_count", "freelist_count")]
 
-    start(store, "old", realistic_exchanges(40, 8), time.time() - 40 * DAY)
+    start_session(store, "old", realistic_exchanges(40, 8), time.time() - 40 * DAY)
     with store.reading("check") as conn:
         assert conn.exec_driver_sql("PRAGMA auto_vacuum").scalar() == 2  # incremental
         written, _ = pages(conn)
@@ -178,7 +169,7 @@ def file_gives_back_pages(store) -> None:
         sealed, free = pages(conn)
     assert free == 0 and sealed < written
 
-    start(store, "new", realistic_exchanges(10, 9), time.time())
+    start_session(store, "new", realistic_exchanges(10, 9), time.time())
     with store.reading("check") as conn:
         both, _ = pages(conn)
     report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)

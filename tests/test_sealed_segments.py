@@ -7,7 +7,6 @@ On SQLite and Postgres."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from support import (
     make_session,
     realistic_exchanges,
     responses_exchanges,
+    start_session,
 )
 
 from forge_record.errors import StoreError
@@ -45,15 +45,6 @@ ROWS = sa.text("SELECT segment, piece, record, raw_response FROM exchanges "
                "WHERE session_id = :sid ORDER BY segment, piece")
 
 
-def start(store, session_id: str, sent, started_at: float | None = None) -> None:
-    session = make_session(session_id)
-    if started_at is not None:
-        session = dataclasses.replace(session, started_at=started_at)
-    store.add_session(session)
-    for ex in sent:
-        store.add_exchange(session_id, ex)
-
-
 def rows(store, session_id: str) -> list:
     with store.reading("check") as conn:
         return [tuple(r[:2]) + (bytes(r[2]), bytes(r[3]))
@@ -78,7 +69,7 @@ def stored(found: list) -> int:
 
 def test_an_ended_session_s_segment_is_sealed_into_its_first_row(store):
     sent = realistic_exchanges(40, 1)
-    start(store, "one", sent)
+    start_session(store, "one", sent)
     before, plain = rows(store, "one"), manifests(store, "one", 0)
     assert not sealed.is_sealed(before[0][2])
 
@@ -96,7 +87,7 @@ def test_an_ended_session_s_segment_is_sealed_into_its_first_row(store):
                          ids=["gemini", "chat", "responses"])
 def test_every_dialect_s_sealed_responses_read_back(store, made):
     sent = made(30, 2)
-    start(store, "d", sent)
+    start_session(store, "d", sent)
     store.end_session("d", time.time(), 0)
     assert is_sealed(rows(store, "d"))
     assert list(store.iter_exchanges("d", raw=True)) == sent
@@ -106,7 +97,7 @@ def test_every_dialect_s_sealed_responses_read_back(store, made):
 def test_each_full_segment_is_sealed_as_the_next_one_starts(store, monkeypatch):
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
     sent = realistic_exchanges(40, 3)
-    start(store, "long", sent)
+    start_session(store, "long", sent)
     found = rows(store, "long")
     by_segment = {s: [r for r in found if r[0] == s] for s in {r[0] for r in found}}
     last = max(by_segment)
@@ -140,7 +131,7 @@ def test_a_resumed_segment_reads_its_raw_parent_from_a_sealed_one(store, monkeyp
 
 def test_a_segment_not_as_its_writer_left_it_is_left_alone(store):
     sent = realistic_exchanges(20, 6)
-    start(store, "torn", sent)
+    start_session(store, "torn", sent)
     before = rows(store, "torn")
     for pieces in (19, 21):  # a piece missing, or one more than the writer wrote
         with store.transaction("seal") as conn:
@@ -154,7 +145,7 @@ def test_a_segment_not_as_its_writer_left_it_is_left_alone(store):
 
 def test_a_segment_of_one_exchange_is_left_as_it_is(store):
     sent = realistic_exchanges(1, 7)
-    start(store, "single", sent)
+    start_session(store, "single", sent)
     before = rows(store, "single")
     store.end_session("single", time.time(), 0)
     assert rows(store, "single") == before
@@ -165,7 +156,7 @@ def test_a_reader_that_decoded_the_manifests_before_the_seal_reads_frames_after_
     """Postgres reads in read committed: a reader may decode the manifests before a seal and
     fetch the raw frames after it, which are empty then (SQLite reads from one snapshot)."""
     sent = realistic_exchanges(20, 8)
-    start(store, "race", sent)
+    start_session(store, "race", sent)
     prefetch, seals = reader.SessionReader.prefetch, []
 
     def seal_first(self, seq, raw):  # between the manifests and the raw frames
@@ -182,9 +173,9 @@ def test_a_reader_that_decoded_the_manifests_before_the_seal_reads_frames_after_
 
 def test_gc_reads_what_sealed_sessions_name(store):
     old, new = realistic_exchanges(12, 9), realistic_exchanges(12, 10)
-    start(store, "old", old, time.time() - 40 * DAY)
+    start_session(store, "old", old, time.time() - 40 * DAY)
     store.end_session("old", time.time() - 40 * DAY + 60, 0)
-    start(store, "new", new, time.time())
+    start_session(store, "new", new, time.time())
     store.end_session("new", time.time(), 0)
     assert is_sealed(rows(store, "new"))
     report = gc.collect(store, 30 * DAY, grace=0, now=time.time() + 1)
@@ -197,7 +188,7 @@ def test_push_copies_a_sealed_segment_whole_over_a_prefix_copied_before(store, t
     """Pushed while recording, then again once the session ended: the target's rows of the
     segment (pieces of a stream) give way to the sealed ones, in one batch."""
     sent = realistic_exchanges(30, 11)
-    start(store, "pushed", sent[:12])
+    start_session(store, "pushed", sent[:12])
     with open_store(f"sqlite:///{tmp_path / 'team.db'}") as team:
         report = pushing.push(store, team, pushing.plan(store, team, ["pushed"]))
         assert report.exchanges == 12 and not is_sealed(rows(team, "pushed"))
