@@ -20,6 +20,7 @@ from serve_gateway import ADMIN, UPSTREAM_KEY, Served
 
 from forge_record.client import GatewayClient, GatewayError
 from forge_record.mock import MockUpstream
+from forge_record.store import open_store
 
 pytestmark = pytest.mark.slow  # a gateway process and its writer per test
 
@@ -278,8 +279,8 @@ def test_sigterm_drains_an_open_stream(tmp_path, db):
         t.join()
     assert refused, "a new connection was still accepted while draining"
     assert got["text"]
-    con = sqlite3.connect(db)
-    assert con.execute("select status from exchanges").fetchall() == [("complete",)]
+    with open_store(f"sqlite:///{db}") as store:
+        assert [ex.status for ex in store.iter_exchanges(s["id"])] == ["complete"]
 
 
 def wait_refused(port: int, within: float = 10.0) -> bool:
