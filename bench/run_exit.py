@@ -149,13 +149,17 @@ def wrapped(argv: list[str]) -> None:
 
 
 def stored(url: str) -> int:
-    """How many exchanges the store holds (the bench's store holds one session)."""
+    """How many exchanges the store holds (the bench's store holds one session). Counted
+    without opening it as a store: a `--base` revision's may be at an older schema revision,
+    which this one refuses on Postgres."""
     import sqlalchemy as sa
 
-    from forge_record.store import open_store
-
-    with open_store(url) as store, store.reading("count exchanges") as conn:
-        return conn.execute(sa.text("SELECT count(*) FROM exchanges")).scalar_one()
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("SELECT count(*) FROM exchanges")).scalar_one()
+    finally:
+        engine.dispose()
 
 
 def peak_mb(pid: int) -> float:
