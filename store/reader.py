@@ -59,7 +59,9 @@ _MANIFESTS = sa.select(exchanges.c.seq, exchanges.c.piece, exchanges.c.record).w
     exchanges.c.session_id == _SESSION, exchanges.c.segment == sa.bindparam("segment")
 ).order_by(exchanges.c.piece)
 _MANIFESTS_UPTO = _MANIFESTS.where(exchanges.c.piece <= sa.bindparam("upto"))
-_SEGMENT_ROWS = _MANIFESTS.add_columns(exchanges.c.raw_response)
+_SEGMENT_RESPONSES = sa.select(exchanges.c.seq, exchanges.c.raw_response).where(
+    exchanges.c.session_id == _SESSION, exchanges.c.segment == sa.bindparam("segment")
+).order_by(exchanges.c.piece)
 _RAW_FRAMES = sa.select(exchanges.c.seq, exchanges.c.raw_request, exchanges.c.raw_response).where(
     exchanges.c.session_id == _SESSION, exchanges.c.seq.in_(sa.bindparam("seqs", expanding=True)))
 _ROWS = sa.select(exchanges.c.seq, exchanges.c.layout, exchanges.c.record).where(
@@ -329,16 +331,19 @@ class SessionReader:
         return None if found is None else found[seq]
 
     def _unseal(self, segment: int) -> dict[int, bytes] | None:
-        """seq -> raw response of a sealed segment; None if it is not sealed."""
+        """seq -> raw response of a sealed segment; None if it is not sealed. Its frame is
+        compressed against every manifest and answer of the segment: those read up to one
+        piece (read_one) are read again whole."""
         rows = self.conn.execute(
-            _SEGMENT_ROWS, {"session_id": self.session_id, "segment": segment}).all()
+            _SEGMENT_RESPONSES, {"session_id": self.session_id, "segment": segment}).all()
         if not rows or not sealed.is_sealed(rows[0].raw_response):
             return None
-        manifests = sealed.unseal_manifests(rows[0].record)
-        found = [orjson.loads(m) for m in manifests]
-        self.blobs.load(name for f in found if (name := _answer_name(f)))
-        bodies = sealed.unseal_responses(rows[0].raw_response, manifests,
-                                         [self._answer(f) for f in found])
+        if any(r.seq not in self.pieces for r in rows):
+            self.add_segment(segment, preload=False)
+        self.blobs.load(name for r in rows if (name := self.answer_name(r.seq)))
+        bodies = sealed.unseal_responses(rows[0].raw_response,
+                                         [self.pieces[r.seq] for r in rows],
+                                         [self.answer(r.seq) for r in rows])
         if len(bodies) != len(rows):
             raise StoreError(f"session {self.session_id} segment {segment} has "
                              f"{len(rows)} rows and {len(bodies)} sealed responses")

@@ -60,15 +60,11 @@ WITH moving AS (
     ORDER BY b.hash FOR UPDATE OF b)
 UPDATE blobs SET pack_id = :new, start = moving.start FROM moving
 WHERE blobs.hash = moving.hash""")
-_SEGMENT = sa.select(exchanges).where(
-    exchanges.c.session_id == sa.bindparam("session_id"),
-    exchanges.c.segment == sa.bindparam("segment")).order_by(exchanges.c.piece)
-_DELETE_SEGMENT = exchanges.delete().where(
-    exchanges.c.session_id == sa.bindparam("session_id"),
-    exchanges.c.segment == sa.bindparam("segment"))
 # (Bound as `sid` and `number`: an UPDATE reserves its columns' names for their new values.)
 _IN_SEGMENT = (exchanges.c.session_id == sa.bindparam("sid"),
                exchanges.c.segment == sa.bindparam("number"))
+_SEGMENT = sa.select(exchanges).where(*_IN_SEGMENT).order_by(exchanges.c.piece)
+_DELETE_SEGMENT = exchanges.delete().where(*_IN_SEGMENT)
 _EMPTY_REST = exchanges.update().where(*_IN_SEGMENT, exchanges.c.piece > 0).values(
     record=b"", raw_response=b"")
 _FIRST = exchanges.update().where(*_IN_SEGMENT, exchanges.c.piece == 0).values(
@@ -116,8 +112,8 @@ def seal_segment(conn: sa.Connection, finished: FinishedSegment) -> int:
     """Seal a finished segment's manifests and raw responses into its first row
     (store.sealed), inside the caller's transaction; returns the stored bytes it saved (0:
     left as it was)."""
-    where = {"session_id": finished.session_id, "segment": finished.segment}
-    rows = conn.execute(_SEGMENT, where).all()
+    at = {"sid": finished.session_id, "number": finished.segment}
+    rows = conn.execute(_SEGMENT, at).all()
     if (len(rows) < 2 or len(rows) != finished.pieces or sealed.is_sealed(rows[0].record)
             or [r.piece for r in rows] != list(range(len(rows)))):
         return 0
@@ -136,9 +132,8 @@ def seal_segment(conn: sa.Connection, finished: FinishedSegment) -> int:
             or sealed.unseal_manifests(record) != manifests
             or sealed.unseal_cuts(response, manifests, answers) != cuts):
         return 0
-    at = {"sid": finished.session_id, "number": finished.segment}
     if conn.dialect.name == "sqlite":
-        changed = _rewrite(conn, where, rows, record, response)
+        changed = _rewrite(conn, at, rows, record, response)
     else:
         changed = (conn.execute(_EMPTY_REST, at).rowcount + conn.execute(_FIRST, {
             **at, "sealed_record": record, "sealed_response": response}).rowcount)
@@ -149,13 +144,13 @@ def seal_segment(conn: sa.Connection, finished: FinishedSegment) -> int:
     return stored - len(record) - len(response)
 
 
-def _rewrite(conn: sa.Connection, where: dict, rows: list, record: bytes, response: bytes) -> int:
+def _rewrite(conn: sa.Connection, at: dict, rows: list, record: bytes, response: bytes) -> int:
     """SQLite: the segment's rows written again, with the same ids, sealed. Rows that shrink
     in place leave their pages a third full (the generated session's file grew by 8 KB so);
     written anew they fill the pages the old ones freed. (On Postgres, where a row is written
     anew either way, two updates took the real team 292.8 KB a session against 296.0: a
     delete and insert adds every index entry again.) Returns the rows deleted."""
-    deleted = conn.execute(_DELETE_SEGMENT, where).rowcount
+    deleted = conn.execute(_DELETE_SEGMENT, at).rowcount
     first, rest = dict(rows[0]._mapping), [dict(r._mapping) for r in rows[1:]]
     first.update(record=record, raw_response=response)
     for row in rest:
