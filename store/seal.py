@@ -36,7 +36,7 @@ import sqlalchemy as sa
 
 from forge_record.errors import StoreError
 from forge_record.identity import blob_key
-from forge_record.store import compression, sealed
+from forge_record.store import compression, content, sealed
 from forge_record.store.batch import hold_off_repacks, new_pack
 from forge_record.store.engine import give_back_pages
 from forge_record.store.reader import SessionReader, chunks
@@ -119,7 +119,12 @@ def seal_segment(conn: sa.Connection, finished: FinishedSegment) -> int:
         return 0
     reader = SessionReader(conn, finished.session_id)
     reader.add_segment(finished.segment, preload=False)
-    reader.add_parents(rows[0].seq)  # a resumed segment's first raw parent is in another
+    # A resumed segment goes on from its session's tail: each of its chains (the main loop's,
+    # a sub-agent's) may go on from a parent in an earlier segment, not only its first row's.
+    for r in rows:
+        parent = content.parent(reader.manifests[r.seq])
+        if parent is not None and parent not in reader.manifests:
+            reader.add_parents(r.seq)
     reader.blobs.load(n for r in rows if (n := reader.answer_name(r.seq)))
     manifests = [reader.pieces[r.seq] for r in rows]
     answers = [reader.answer(r.seq) for r in rows]

@@ -58,6 +58,10 @@ def is_sealed(found: list) -> bool:
             and all(r[2:] == (b"", b"") for r in rest))
 
 
+def by_segment(found: list) -> dict[int, list]:
+    return {s: [r for r in found if r[0] == s] for s in sorted({r[0] for r in found})}
+
+
 def manifests(store, session_id: str, segment: int) -> dict[int, bytes]:
     with store.reading("check") as conn:
         return reader.segment_pieces(conn, session_id, segment)
@@ -98,12 +102,10 @@ def test_each_full_segment_is_sealed_as_the_next_one_starts(store, monkeypatch):
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
     sent = realistic_exchanges(40, 3)
     start_session(store, "long", sent)
-    found = rows(store, "long")
-    by_segment = {s: [r for r in found if r[0] == s] for s in {r[0] for r in found}}
-    last = max(by_segment)
-    assert len(by_segment) > 2
-    assert all(is_sealed(by_segment[s]) for s in by_segment if s != last)
-    assert not sealed.is_sealed(by_segment[last][0][2])  # still being written
+    *finished, last = by_segment(rows(store, "long")).values()
+    assert len(finished) > 1
+    assert all(is_sealed(found) for found in finished)
+    assert not sealed.is_sealed(last[0][2])  # still being written
     assert list(store.iter_exchanges("long", raw=True)) == sent
     assert store.get_exchange("long", 38, raw=True) == sent[37]
 
@@ -118,11 +120,16 @@ def test_a_resumed_segment_reads_its_raw_parent_from_a_sealed_one(store, monkeyp
     for at in range(0, 24, 6):
         store.write([AddExchange("a", ex) for ex in a[at:at + 6]])
         store.write([AddExchange("b", ex) for ex in b[at:at + 6]])
-    found = rows(store, "a")
-    assert is_sealed([r for r in found if r[0] == 0])
+    # Every segment let go is sealed, b's last one aside: a's last one was let go as b
+    # wrote, and some chains of a segment go on from an earlier one (not only its first).
+    assert all(is_sealed(found) for found in by_segment(rows(store, "a")).values())
+    *finished, last = by_segment(rows(store, "b")).values()
+    assert len(finished) == 3 and all(is_sealed(found) for found in finished)
     with store.reading("check") as conn:
         first = reader.segment_manifests(conn, "a", 1)[7]
+        later = reader.segment_manifests(conn, "a", 2)
     assert first["raw_parent"] == 6  # in segment 0, sealed
+    assert min(later) == 13 and any(m["raw_parent"] == 12 for m in later.values())
     for seq in (7, 8, 13, 24):
         assert store.get_exchange("a", seq, raw=True) == a[seq - 1]
     assert list(store.iter_exchanges("a", raw=True)) == a
