@@ -167,6 +167,24 @@ class Writes:
             self._beats.pop(sid, None)
         self._shared.clear()
 
+    def closing(self) -> None:
+        """Its writer will write no more (Store.close): every segment and pack group it holds
+        becomes sealable, the streams that resumed segments share too (no encoder will pack
+        into them again), and every encoder and tail goes."""
+        streams = [*self._shared.values(), *(e.packs for e in self._encoders.values())]
+        for sid, encoder in self._encoders.items():
+            self._finish(sid, encoder)
+        queued = {id(w) for w in self._finished}
+        for stream in streams:
+            if stream.fed and id(stream.written) not in queued:
+                queued.add(id(stream.written))
+                self._finished.append(stream.written)
+        self.sealable += self._finished
+        self._finished = []
+        self._shared.clear()
+        for sid in [*self._encoders, *self._tails]:
+            self._drop(sid)
+
     def _add_exchanges(self, conn, adds: list[AddExchange], if_absent: bool, now: float) -> set:
         if if_absent:
             adds = _not_yet_stored(conn, adds)
@@ -225,7 +243,8 @@ class Writes:
         key = dictionary[0] if dictionary else None
         packs = self._shared.get(key)
         if packs is None or packs.fed >= SEGMENT_BYTES:
-            # Not sealed: encoders made before go on packing into it (see store.seal).
+            # Not sealed: encoders made before go on packing into it (see store.seal);
+            # closing seals it if one of them is still held.
             packs = self._shared[key] = PackStream(dictionary)
         return packs
 

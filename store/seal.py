@@ -5,12 +5,12 @@ A pack stream is written a piece a call, each flushed so that the call is stored
 takes 150.8 KB in pieces at level 9, and a row per piece on Postgres (~25 KB more), where the
 same plain bytes as one frame at compression.SEAL_LEVEL take 140.9 KB. So once no writer
 will add to a group (its session ended, its segment is full, its writer let the session's
-encoder go, or it idled past segments.PACK_IDLE), the writer that wrote it seals it, in a
-transaction of its own after the batch that finished it committed: one new pack holding the
-same plain bytes in the same order, from the same dictionary, under the same group id; the
-blob rows it made there point into it; the old packs go. Not sealed: the stream resumed
-segments share (store.batch), whose encoders may go on packing into it after their writer
-started another.
+encoder go, it idled past segments.PACK_IDLE, or the writer's Store closes), the writer that
+wrote it seals it, in a transaction of its own after the batch that finished it committed:
+one new pack holding the same plain bytes in the same order, from the same dictionary, under
+the same group id; the blob rows it made there point into it; the old packs go. The stream
+resumed segments share (store.batch) is sealed only as its writer closes: until then its
+encoders may go on packing into it after their writer started another.
 
 What stays true, so nothing else has to know:
 - the group and its plain bytes: a dictionary made of its first bytes, the pack groups a

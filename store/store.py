@@ -51,6 +51,13 @@ __all__ = [
 ]
 
 
+# How long Store.close may spend sealing what its writes left open: the segments and pack
+# groups of sessions it wrote and did not end (a `serve` replica's rollouts that ended on
+# another replica, or go on there) and the stream resumed segments share. A seal of a real
+# 150-call segment and its group takes ~50 ms; past this, the rest stays as it is (it reads
+# back the same, only bigger), so a stopping replica never waits long on it.
+SEAL_AT_CLOSE = 5.0
+
 # Built once: a read of a whole session asks for its row twice (export, show), and working
 # out a statement's shape again costs more than running it (see store.reader).
 _SESSION_ROW = sa.select(sessions).where(sessions.c.id == sa.bindparam("id"))
@@ -166,6 +173,11 @@ class Store:
         self.close()
 
     def close(self) -> None:
+        """Seal what this Store's writes left open (within SEAL_AT_CLOSE seconds), then let
+        the database go."""
+        with self._write_lock:
+            self._writes.closing()
+            self._seal(time.monotonic() + SEAL_AT_CLOSE)
         self._engine.dispose()
 
     @contextlib.contextmanager
@@ -207,11 +219,15 @@ class Store:
             self._writes.committed(touched)
             self._seal()
 
-    def _seal(self) -> None:
+    def _seal(self, until: float | None = None) -> None:
         """Seal the pack groups and segments writes finished (store.seal), each in a
-        transaction of its own. Best effort: the batch that finished them is committed, and
-        what is left as it was reads back the same, only bigger."""
+        transaction of its own, until the monotonic time `until` if given. Best effort: the
+        batch that finished them is committed, and what is left as it was reads back the
+        same, only bigger. A store that does not answer leaves the rest unsealed."""
         while self._writes.sealable:
+            if until is not None and time.monotonic() >= until:
+                self._writes.sealable.clear()
+                return
             item = self._writes.sealable.pop(0)
             if isinstance(item, Written):
                 what, sealing = f"pack group {item.group}", seal.seal
@@ -221,6 +237,9 @@ class Store:
             try:
                 with self._guard(f"seal {what}"), self._writing.begin() as conn:
                     sealing(conn, item)
+            except StoreUnavailable as e:
+                log.warning("forge-record: %s left unsealed: %s", what, e)
+                self._writes.sealable.clear()
             except Exception as e:  # noqa: BLE001 - never the write's failure
                 log.warning("forge-record: %s left unsealed: %s", what, e)
 

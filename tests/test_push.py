@@ -69,24 +69,24 @@ def test_push_copies_sessions_exactly_and_only_once(local, team):
 
 def test_an_interrupted_push_resumes_where_it_stopped(local, team, monkeypatch):
     monkeypatch.setattr(pushing, "BATCH", 10)
-    with open_store(local) as store:  # still recording: its segment's rows go 10 a batch
-        store.add_session(make_session("c", started_at=500.0))
-        for ex in realistic_exchanges(30, seed=2):
-            store.add_exchange("c", ex)
-
     class Cut(Exception):
         pass
 
     def cut_after_first_batch(n):
         raise Cut
 
-    with pytest.raises(Cut):
-        push(local, team, ids=["c"], progress=cut_after_first_batch)
-    assert count(team, "exchanges") == 10  # one whole batch, committed
+    with open_store(local) as store:  # still recording: its segment's rows go 10 a batch
+        store.add_session(make_session("c", started_at=500.0))
+        for ex in realistic_exchanges(30, seed=2):
+            store.add_exchange("c", ex)
 
-    rest = push(local, team, ids=["c"])
-    assert rest.exchanges == 20
-    same_sessions(local, team, ids=["c"])
+        with pytest.raises(Cut):
+            push(local, team, ids=["c"], progress=cut_after_first_batch)
+        assert count(team, "exchanges") == 10  # one whole batch, committed
+
+        rest = push(local, team, ids=["c"])
+        assert rest.exchanges == 20
+        same_sessions(local, team, ids=["c"])
 
     # An ended session's segment is sealed (store.sealed): one batch, whatever BATCH says.
     with pytest.raises(Cut):

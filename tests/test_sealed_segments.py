@@ -34,6 +34,7 @@ from forge_record.store import (
     strands,
 )
 from forge_record.store import push as pushing
+from forge_record.store import store as store_module
 from forge_record.store.delta import varint
 from forge_record.store.items import AddExchange
 from forge_record.store.schema import sessions
@@ -212,6 +213,64 @@ def test_push_copies_a_sealed_segment_whole_over_a_prefix_copied_before(store, t
             figure = conn.scalar(sa.select(sessions.c.pack_groups))
         assert figure["exchanges"] == 30
         assert pushing.push(store, team, pushing.plan(store, team, ["pushed"])).exchanges == 0
+
+
+GROUPS = sa.text("SELECT group_id, count(*) FROM packs GROUP BY group_id")
+
+
+def packs_a_group(store_url: str) -> list[int]:
+    with open_store(store_url) as store, store.reading("check") as conn:
+        return sorted(n for _, n in conn.execute(GROUPS))
+
+
+def test_a_store_closed_on_sessions_still_open_seals_what_it_wrote(store_url, monkeypatch):
+    """A `serve` replica stopping with rollouts that ended elsewhere or go on: closing seals
+    their segments and pack groups, the stream resumed segments share too; the sessions
+    stay open and read back whole."""
+    monkeypatch.setattr(batch, "_ENCODERS", 1)  # each batch lets the other session's go
+    sent = {"a": realistic_exchanges(24, 12), "b": realistic_exchanges(24, 13)}
+    with open_store(store_url) as store:
+        for name in sent:
+            store.add_session(make_session(name))
+        for at in range(0, 24, 6):
+            for name, exchanges in sent.items():
+                store.write([AddExchange(name, ex) for ex in exchanges[at:at + 6]])
+        before = rows(store, "b")
+        assert not is_sealed(by_segment(before)[3])  # b's writer holds it
+    assert max(packs_a_group(store_url)) == 1  # every group one sealed pack
+    with open_store(store_url) as store:
+        assert stored(by_segment(rows(store, "b"))[3]) < stored(by_segment(before)[3])
+        for name, exchanges in sent.items():
+            assert all(is_sealed(found) for found in by_segment(rows(store, name)).values())
+            assert list(store.iter_exchanges(name, raw=True)) == exchanges
+            assert store.get_session(name).ended_at is None
+
+
+def test_close_seals_only_within_its_time(store_url, monkeypatch):
+    monkeypatch.setattr(store_module, "SEAL_AT_CLOSE", 0.0)
+    sent = realistic_exchanges(20, 14)
+    with open_store(store_url) as store:
+        start_session(store, "open", sent)
+        before = rows(store, "open")
+    assert max(packs_a_group(store_url)) > 1
+    with open_store(store_url) as store:
+        assert rows(store, "open") == before
+        assert list(store.iter_exchanges("open", raw=True)) == sent
+
+
+def test_close_stops_sealing_once_the_store_does_not_answer(store, monkeypatch):
+    start_session(store, "a", realistic_exchanges(8, 15))
+    start_session(store, "b", realistic_exchanges(8, 16))
+    tried = []
+
+    def unavailable(conn, item):
+        tried.append(item)
+        raise store_module.StoreUnavailable("cannot seal: the server did not answer")
+
+    monkeypatch.setattr(seal, "seal_segment", unavailable)
+    monkeypatch.setattr(seal, "seal", unavailable)
+    store.close()
+    assert len(tried) == 1
 
 
 # --- the format, without a store --------------------------------------------------------

@@ -20,7 +20,7 @@ from serve_gateway import ADMIN, UPSTREAM_KEY, Served
 
 from forge_record.client import GatewayClient, GatewayError
 from forge_record.mock import MockUpstream
-from forge_record.store import open_store
+from forge_record.store import open_store, sealed
 
 pytestmark = pytest.mark.slow  # a gateway process and its writer per test
 
@@ -281,6 +281,28 @@ def test_sigterm_drains_an_open_stream(tmp_path, db):
     assert got["text"]
     with open_store(f"sqlite:///{db}") as store:
         assert [ex.status for ex in store.iter_exchanges(s["id"])] == ["complete"]
+
+
+def test_a_replica_that_stops_seals_the_rollouts_it_holds(tmp_path, db, mock):
+    """A rollout not finished here (it may have ended on another replica, or go on there):
+    the replica's writer seals its segment and pack group as it closes."""
+    gw = Served(tmp_path / "gw", f"sqlite:///{db}", [mock.url])
+    s = gw.client.create_session("claude-code")
+    for text in ("one", "two", "three"):
+        assert ask(claude_client(s), text)
+    assert gw.stop() == 0, "".join(gw.log)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT record, raw_response FROM exchanges WHERE session_id = ? "
+                            "ORDER BY segment, piece", (s["id"],)).fetchall()
+        packs = conn.execute("SELECT count(*) FROM packs GROUP BY group_id").fetchall()
+    assert len(rows) == 3 and all(sealed.is_sealed(part) for part in rows[0])
+    assert rows[1:] == [(b"", b"")] * 2
+    assert packs == [(1,)]
+    with open_store(f"sqlite:///{db}") as store:  # every raw body reads back from the seal
+        read = list(store.iter_exchanges(s["id"], raw=True))
+    assert [orjson.loads(ex.raw_request)["messages"][0]["content"] for ex in read] == [
+        "one", "two", "three"]
+    assert all(ex.raw_response.startswith(b"{") and ex.response.content for ex in read)
 
 
 def wait_refused(port: int, within: float = 10.0) -> bool:
