@@ -174,10 +174,14 @@ class Store:
 
     def close(self) -> None:
         """Seal what this Store's writes left open (within SEAL_AT_CLOSE seconds), then let
-        the database go."""
-        with self._write_lock:
-            self._writes.closing()
-            self._seal(time.monotonic() + SEAL_AT_CLOSE)
+        the database go. Not while a write is under way: a write still going as its Store
+        closes is stuck in a database that does not answer, and close never waits on it."""
+        if self._write_lock.acquire(blocking=False):
+            try:
+                self._writes.closing()
+                self._seal(time.monotonic() + SEAL_AT_CLOSE)
+            finally:
+                self._write_lock.release()
         self._engine.dispose()
 
     @contextlib.contextmanager

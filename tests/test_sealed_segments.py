@@ -273,6 +273,16 @@ def test_close_stops_sealing_once_the_store_does_not_answer(store, monkeypatch):
     assert len(tried) == 1
 
 
+def test_close_never_waits_on_a_write_still_going(store_url):
+    store = open_store(store_url)
+    start_session(store, "stuck", realistic_exchanges(8, 17))
+    store._write_lock.acquire()  # as a write stuck in a database that does not answer
+    started = time.monotonic()
+    store.close()
+    assert time.monotonic() - started < 5
+    assert max(packs_a_group(store_url)) > 1  # left as it was
+
+
 # --- the format, without a store --------------------------------------------------------
 
 
