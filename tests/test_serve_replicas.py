@@ -27,7 +27,7 @@ from support import make_exchange, make_session
 from forge_record.client import GatewayClient
 from forge_record.mock import TOOL_MARKER, MockUpstream
 from forge_record.store import gateway as gateway_rows
-from forge_record.store import open_store
+from forge_record.store import open_store, sealed
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -83,6 +83,20 @@ def test_replicas_share_one_session(tmp_path, new_database):
         finally:
             for r in replicas:
                 assert r.stop() == 0, "".join(r.log)
+    # The finish reached one replica's writer; the others sealed their part as they stopped.
+    with open_store(url) as store:
+        with store.reading("check") as conn:
+            found = conn.execute(sa.text("select segment, record, raw_response from exchanges "
+                                         "order by segment, piece")).all()
+            pieces = conn.execute(sa.text("select count(*) from packs group by group_id")).all()
+        assert len(list(store.iter_exchanges(s["id"], raw=True))) == 9
+    segments = {seg: [(bytes(r), bytes(w)) for g, r, w in found if g == seg]
+                for seg, _, _ in found}
+    assert len(segments) == 3 and all(len(rows) == 3 for rows in segments.values())
+    for (record, response), *rest in segments.values():
+        assert sealed.is_sealed(record) and sealed.is_sealed(response)
+        assert rest == [(b"", b"")] * 2
+    assert pieces == [(1,)] * 3
 
 
 def responses_turn(replica: Served, session: dict, text: str, previous: str | None) -> str:
