@@ -114,8 +114,9 @@ class Writes:
         self._tails: OrderedDict[str, list[Seen]] = OrderedDict()  # sessions whose encoder went
         self._tails_held = 0
         # The pack stream resumed segments share, by the dictionary it starts from: a session
-        # resumed call after call then adds its blobs to one group (to a new one every 4 MB)
-        # instead of a group a call, each listed in its figure of pack groups.
+        # resumed call after call then adds its blobs to one group (to a new one every 4 MB,
+        # the full one sealed) instead of a group a call, each listed in its figure of pack
+        # groups.
         self._shared: dict[int | None, PackStream] = {}
         self._fresh: dict[str, float] = {}
         self._beats: dict[str, float] = {}  # session -> last heartbeat written with a batch
@@ -171,14 +172,9 @@ class Writes:
         """Its writer will write no more (Store.close): every segment and pack group it holds
         becomes sealable, the streams that resumed segments share too (no encoder will pack
         into them again), and every encoder and tail goes."""
-        streams = [*self._shared.values(), *(e.packs for e in self._encoders.values())]
         for sid, encoder in self._encoders.items():
             self._finish(sid, encoder)
-        queued = {id(w) for w in self._finished}
-        for stream in streams:
-            if stream.fed and id(stream.written) not in queued:
-                queued.add(id(stream.written))
-                self._finished.append(stream.written)
+        self._finished += [s.written for s in self._shared.values() if s.fed]
         self.sealable += self._finished
         self._finished = []
         self._shared.clear()
@@ -243,9 +239,16 @@ class Writes:
         key = dictionary[0] if dictionary else None
         packs = self._shared.get(key)
         if packs is None or packs.fed >= SEGMENT_BYTES:
-            # Not sealed: encoders made before go on packing into it (see store.seal);
-            # closing seals it if one of them is still held.
-            packs = self._shared[key] = PackStream(dictionary)
+            full, packs = packs, PackStream(dictionary)
+            self._shared[key] = packs
+            if full is not None:
+                # The encoders packing into it go on in the new one (a blob's group is
+                # found by its row, never by its segment), so it is finished: sealed once
+                # this batch commits, as an encoder's own group is when it fills.
+                for encoder in self._encoders.values():
+                    if encoder.packs is full:
+                        encoder.packs = packs
+                self._finished += [*full.idled, full.written]
         return packs
 
     def _make_room(self) -> None:

@@ -9,8 +9,8 @@ encoder go, it idled past segments.PACK_IDLE, or the writer's Store closes), the
 wrote it seals it, in a transaction of its own after the batch that finished it committed:
 one new pack holding the same plain bytes in the same order, from the same dictionary, under
 the same group id; the blob rows it made there point into it; the old packs go. The stream
-resumed segments share (store.batch) is sealed only as its writer closes: until then its
-encoders may go on packing into it after their writer started another.
+resumed segments share (store.batch) is sealed when it fills, its encoders going on in the
+next one, and as its writer closes.
 
 What stays true, so nothing else has to know:
 - the group and its plain bytes: a dictionary made of its first bytes, the pack groups a

@@ -11,10 +11,11 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from support import realistic_exchanges, start_session
+from support import make_session, realistic_exchanges, start_session
 
 from forge_record.errors import StoreError
 from forge_record.store import (
+    batch,
     compression,
     default_store_url,
     dictionaries,
@@ -24,6 +25,7 @@ from forge_record.store import (
     seal,
     segments,
 )
+from forge_record.store.items import AddExchange
 from forge_record.store.schema import blobs
 
 DAY = 86_400
@@ -82,6 +84,26 @@ def test_a_group_left_idle_is_sealed_once_the_next_batch_commits(store, monkeypa
     store.end_session("idle", time.time(), 0)
     assert [packs for packs, _, _ in groups(store).values()] == [1, 1]
     assert list(store.iter_exchanges("idle", raw=True)) == sent
+
+
+def test_a_full_shared_stream_is_sealed_and_its_encoders_go_on_in_a_new_one(store, monkeypatch):
+    """`serve` past its encoders' budget: each call resumes its session into the stream its
+    writer's resumed segments share. A full one is finished like an encoder's own group, and
+    the encoders still packing into it go on in the next."""
+    monkeypatch.setattr(batch, "_ENCODERS", 1)  # each call lets the other session's go
+    monkeypatch.setattr(batch, "SEGMENT_BYTES", 48 << 10)  # the shared stream's size
+    sent = {"a": realistic_exchanges(30, 5), "b": realistic_exchanges(30, 6)}
+    for name in sent:
+        store.add_session(make_session(name))
+    for at in range(30):
+        for name, exchanges in sent.items():
+            store.write([AddExchange(name, exchanges[at])])
+    packs = sorted(n for n, _, _ in groups(store).values())
+    shared = [n for n in packs if n > 1]
+    assert len(packs) > 3 and len(shared) == 1  # all but the one still written to: sealed
+    for name, exchanges in sent.items():
+        assert list(store.iter_exchanges(name, raw=True)) == exchanges
+        assert store.get_exchange(name, 17, raw=True) == exchanges[16]
 
 
 def test_a_group_whose_packs_do_not_add_up_to_what_was_fed_is_left_alone(store):
