@@ -341,12 +341,9 @@ class SessionReader:
         if any(r.seq not in self.pieces for r in rows):
             self.add_segment(segment, preload=False)
         self.blobs.load(name for r in rows if (name := self.answer_name(r.seq)))
-        bodies = sealed.unseal_responses(rows[0].raw_response,
+        bodies = sealed.unseal_responses(rows[0].raw_response,  # as many as manifests, or raises
                                          [self.pieces[r.seq] for r in rows],
                                          [self.answer(r.seq) for r in rows])
-        if len(bodies) != len(rows):
-            raise StoreError(f"session {self.session_id} segment {segment} has "
-                             f"{len(rows)} rows and {len(bodies)} sealed responses")
         return {r.seq: body for r, body in zip(rows, bodies, strict=True)}
 
     def _frames(self, seq: int) -> tuple[bytes, bytes]:

@@ -91,11 +91,8 @@ def unseal_cuts(frame: bytes, manifests: list[bytes], answers: list[bytes]
     n, at = read_varint(plain, 0)
     heads = []
     for _ in range(n):
-        mode, at = plain[at], at + 1
-        sizes = []
-        for _ in range(4):
-            size, at = read_varint(plain, at)
-            sizes.append(size)
+        mode = plain[at]
+        sizes, at = read_varints(plain, at + 1, 4)  # count, and the three sections' sizes
         heads.append((mode, *sizes))
     sections = []
     for k in (2, 3, 4):  # the lengths, skeleton and strand sections, one after another
